@@ -1,0 +1,58 @@
+"""tether: a durable job queue where every running job can be stopped safely.
+
+Every running job holds a lease (worker id, fencing token, expiry). Cancel it, lose its
+worker, or stop the worker gracefully, and the job still ends exactly once.
+"""
+
+from tether.app import App, CancelResult
+from tether.config import AppConfig, RetryPolicy, WorkerConfig
+from tether.context import CancelSignal, JobContext, SyncJobContext
+from tether.errors import (
+    Cancelled,
+    ConfigError,
+    Fail,
+    IllegalTransitionError,
+    InvalidJobError,
+    JobNotFoundError,
+    LeaseLostError,
+    PayloadTooLargeError,
+    Retry,
+    StoreError,
+    TetherError,
+    UnknownTaskError,
+    WaitTimeoutError,
+)
+from tether.job import Job, JobEvent, WorkerInfo
+from tether.states import JobState
+from tether.task import Task
+from tether.worker import Worker
+
+__all__ = [
+    "App",
+    "AppConfig",
+    "CancelResult",
+    "CancelSignal",
+    "Cancelled",
+    "ConfigError",
+    "Fail",
+    "IllegalTransitionError",
+    "InvalidJobError",
+    "Job",
+    "JobContext",
+    "JobEvent",
+    "JobNotFoundError",
+    "JobState",
+    "LeaseLostError",
+    "PayloadTooLargeError",
+    "Retry",
+    "RetryPolicy",
+    "StoreError",
+    "SyncJobContext",
+    "Task",
+    "TetherError",
+    "UnknownTaskError",
+    "WaitTimeoutError",
+    "Worker",
+    "WorkerConfig",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,399 @@
+"""The App: task registry, enqueue, and every way to read or steer jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
+
+from tether import hints as h
+from tether.config import DEFAULT_DATABASE_URL, AppConfig, RetryPolicy, WorkerConfig
+from tether.errors import (
+    ConfigError,
+    IllegalTransitionError,
+    InvalidJobError,
+    JobNotFoundError,
+    PayloadTooLargeError,
+    UnknownTaskError,
+    WaitTimeoutError,
+)
+from tether.job import JSON, Job, JobEvent, JobFilter, NewJob, WorkerInfo
+from tether.portal import Portal
+from tether.states import JobState
+from tether.store import Store, create_store
+from tether.task import EnqueueOptions, Executor, Task, is_async
+
+T = TypeVar("T")
+DEFAULT_CANCEL_WAIT = 15.0
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What :meth:`App.cancel` did.
+
+    ``outcome`` is one of:
+
+    - ``cancelled``: the job is cancelled (at once, or its worker stopped it);
+    - ``already_cancelled``: it was cancelled before this request;
+    - ``finished_first``: it was running and finished (succeeded or failed) before it
+      saw the request; its result stands;
+    - ``requested``: it is still running with the request pending when the wait ended
+      (``wait=0`` or the worker is slow to stop); it will not run again.
+    """
+
+    job: Job
+    outcome: Literal["cancelled", "already_cancelled", "finished_first", "requested"]
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job ended (or will end) cancelled rather than finished."""
+        return self.outcome in ("cancelled", "already_cancelled")
+
+
+class App:
+    """A tether application: the tasks it knows and the database it uses.
+
+    ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``. The
+    schema is migrated on first use unless ``config.auto_migrate`` is off.
+    """
+
+    def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
+        self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
+        self.config = config or AppConfig()
+        create_store(self.url)  # validates the URL now, not at first use
+        self.tasks: dict[str, Task] = {}
+        self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Store] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._store_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._portal = Portal()
+
+    def __repr__(self) -> str:
+        return f"<tether.App {self.url} tasks={sorted(self.tasks)}>"
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        executor: Executor | None = None,
+        priority: int = 0,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        executor: Executor | None = None,
+        priority: int = 0,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a handler. ``async def`` handlers run on the event loop, plain
+        ``def`` handlers in a thread. The handler's first argument is the job context;
+        the job's JSON args come as keyword arguments."""
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if task_name in self.tasks:
+                raise ConfigError(f"a task named {task_name!r} is already registered")
+            task = Task(
+                self,
+                fn,
+                name=task_name,
+                queue=queue or self.config.default_queue,
+                max_attempts=max_attempts or self.config.default_max_attempts,
+                timeout=timeout,
+                retry=retry or self.config.retry,
+                executor=executor or ("async" if is_async(fn) else "thread"),
+                priority=priority,
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # -- the store -----------------------------------------------------------------------
+
+    async def store(self) -> Store:
+        """This event loop's connected (and, by default, migrated) store."""
+        loop = asyncio.get_running_loop()
+        store = self._stores.get(loop)
+        if store is not None:
+            return store
+        lock = self._store_locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            store = self._stores.get(loop)
+            if store is None:
+                store = create_store(self.url)
+                await store.open()
+                if self.config.auto_migrate:
+                    await store.migrate()
+                self._stores[loop] = store
+        return store
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied."""
+        store = create_store(self.url)
+        try:
+            await store.open()
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    async def close(self) -> None:
+        """Close this loop's store."""
+        store = self._stores.pop(asyncio.get_running_loop(), None)
+        if store is not None:
+            await store.close()
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def _new_job(self, task_name: str, args: dict[str, JSON] | None, opts: EnqueueOptions) -> NewJob:
+        task = self.tasks.get(task_name)
+        if task is None:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTaskError(f"unknown task {task_name!r} (registered: {known})")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise InvalidJobError(f"args must be a JSON object (a dict), got {type(args).__name__}")
+        try:
+            args_json = json.dumps(args, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise InvalidJobError(f"args of {task_name!r} are not JSON: {exc}") from exc
+        size = len(args_json.encode())
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLargeError(
+                f"args of {task_name!r} are {size} bytes; the limit is "
+                f"{self.config.max_payload_bytes}"
+            )
+        max_attempts = opts.max_attempts if opts.max_attempts is not None else task.max_attempts
+        if max_attempts < 1:
+            raise InvalidJobError("max_attempts must be at least 1")
+        timeout = opts.timeout if opts.timeout is not None else task.timeout
+        if timeout is not None and timeout <= 0:
+            raise InvalidJobError("timeout must be positive")
+        if opts.delay < 0:
+            raise InvalidJobError("delay must not be negative")
+        return NewJob(
+            task=task_name,
+            args_json=args_json,
+            queue=opts.queue or task.queue,
+            priority=opts.priority if opts.priority is not None else task.priority,
+            key=opts.key,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            delay=opts.delay,
+            owner=opts.owner,
+            idempotency_key=opts.idempotency_key,
+        )
+
+    async def enqueue(
+        self,
+        task: str | Task,
+        args: dict[str, JSON] | None = None,
+        opts: EnqueueOptions | None = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue one job. ``options`` are those of :class:`EnqueueOptions`.
+
+        With an ``idempotency_key`` that already exists, the existing job is returned
+        and nothing new is created.
+        """
+        opts = opts or EnqueueOptions(**options)
+        name = task.name if isinstance(task, Task) else task
+        new = self._new_job(name, args, opts)
+        (job,) = await (await self.store()).enqueue([new])
+        return job
+
+    async def enqueue_many(
+        self, jobs: Iterable[tuple[str | Task, dict[str, JSON]]], **options: Any
+    ) -> list[Job]:
+        """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
+        opts = EnqueueOptions(**options)
+        new = [
+            self._new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs
+        ]
+        return await (await self.store()).enqueue(new)
+
+    def enqueue_sync(
+        self,
+        task: str | Task,
+        args: dict[str, JSON] | None = None,
+        opts: EnqueueOptions | None = None,
+        **options: Any,
+    ) -> Job:
+        """Blocking :meth:`enqueue` for sync code."""
+        return self.run_sync(self.enqueue(task, args, opts, **options))
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def get(self, job_id: int) -> Job:
+        """The job with this id; raises :class:`JobNotFoundError`."""
+        job = await (await self.store()).get(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return job
+
+    async def list(
+        self,
+        *,
+        state: JobState | str | Sequence[JobState | str] | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        key: str | None = None,
+        owner: str | None = None,
+        worker_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Job]:
+        """Jobs, newest first, filtered."""
+        states: tuple[JobState, ...] | None = None
+        if state is not None:
+            raw = [state] if isinstance(state, str) else list(state)
+            try:
+                states = tuple(JobState(s) for s in raw)
+            except ValueError as exc:
+                raise InvalidJobError(
+                    f"unknown state in {raw!r}; states are {', '.join(JobState)}"
+                ) from exc
+        if limit < 1 or offset < 0:
+            raise InvalidJobError("limit must be positive and offset not negative")
+        flt = JobFilter(states, queue, task, key, owner, worker_id, limit, offset)
+        return await (await self.store()).list_jobs(flt)
+
+    async def events(self, job_id: int) -> list[JobEvent]:
+        """The job's transitions, oldest first."""
+        await self.get(job_id)
+        return await (await self.store()).events(job_id)
+
+    async def stats(self) -> dict[str, int]:
+        """Number of jobs in each state, every state present."""
+        counts = await (await self.store()).count_by_state()
+        return {s.value: counts.get(s.value, 0) for s in JobState}
+
+    async def workers(self) -> list[WorkerInfo]:
+        """Known workers, newest first."""
+        return await (await self.store()).list_workers()
+
+    # -- control -------------------------------------------------------------------------
+
+    async def cancel(
+        self,
+        job_id: int,
+        *,
+        reason: str | None = None,
+        force: bool = False,
+        wait: float = DEFAULT_CANCEL_WAIT,
+        actor: str | None = None,
+    ) -> CancelResult:
+        """Cancel a job.
+
+        A job that is not running is cancelled at once. A running job is asked to stop
+        (``force`` skips the grace period) and this call waits up to ``wait`` seconds
+        for the worker to settle it. Cancelling a job that already succeeded or failed
+        raises :class:`IllegalTransitionError` and changes nothing.
+        """
+        store = await self.store()
+        before = await store.get(job_id)
+        if before is None:
+            raise JobNotFoundError(job_id)
+        if before.state is JobState.CANCELLED:
+            return CancelResult(before, "already_cancelled")
+        if before.is_terminal:
+            raise IllegalTransitionError(job_id, before.state.value, "cancel")
+        job = await store.request_cancel(job_id, reason or "cancelled by request", force, actor)
+        if job.state is JobState.RUNNING and wait > 0:
+            try:
+                job = await self._wait_for(job_id, lambda j: j.state is not JobState.RUNNING, wait)
+            except WaitTimeoutError:
+                job = await self.get(job_id)
+        if job.state is JobState.CANCELLED:
+            return CancelResult(job, "cancelled")
+        if job.state is JobState.RUNNING:
+            return CancelResult(job, "requested")
+        if job.is_terminal:
+            return CancelResult(job, "finished_first")
+        # Released or retried without the cancel being seen cannot happen: the store
+        # turns those into cancelled. Report what is there rather than guess.
+        return CancelResult(job, "requested")
+
+    async def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        """Wait until the job is succeeded, failed or cancelled; return it.
+
+        Raises :class:`WaitTimeoutError` if ``timeout`` seconds pass first.
+        """
+        return await self._wait_for(job_id, lambda j: j.is_terminal, timeout)
+
+    async def _wait_for(
+        self, job_id: int, done: Callable[[Job], bool], timeout: float | None
+    ) -> Job:
+        store = await self.store()
+        listen: Callable[[], Awaitable[None]] | None = getattr(store, "listen", None)
+        if listen is not None:
+            await listen()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        # Subscribe before reading, so a change between the read and the wait wakes us.
+        with store.hints.subscribe(h.CHANGED, [str(job_id)]) as sub:
+            while True:
+                job = await store.get(job_id)
+                if job is None:
+                    raise JobNotFoundError(job_id)
+                if done(job):
+                    return job
+                step = self.config.wait_poll_interval
+                if deadline is not None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise WaitTimeoutError(
+                            f"job {job_id} is still {job.display_state} after {timeout}s"
+                        )
+                    step = min(step, left)
+                await sub.get(step)
+
+    # -- sync edge -----------------------------------------------------------------------
+
+    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one of this App's coroutines from sync code."""
+        return self._portal.call(coro)
+
+    def get_sync(self, job_id: int) -> Job:
+        """Blocking :meth:`get`."""
+        return self.run_sync(self.get(job_id))
+
+    def cancel_sync(self, job_id: int, **kwargs: Any) -> CancelResult:
+        """Blocking :meth:`cancel`."""
+        return self.run_sync(self.cancel(job_id, **kwargs))
+
+    def wait_sync(self, job_id: int, timeout: float | None = None) -> Job:
+        """Blocking :meth:`wait`."""
+        return self.run_sync(self.wait(job_id, timeout))
+
+    # -- workers -------------------------------------------------------------------------
+
+    def worker(self, config: WorkerConfig | None = None, **settings: Any) -> Any:
+        """A :class:`~tether.worker.Worker` for this app (``settings`` as WorkerConfig)."""
+        from tether.worker import Worker
+
+        return Worker(self, config or WorkerConfig(**settings))

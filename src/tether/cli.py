@@ -1,0 +1,6 @@
+"""The ``tether`` command (placeholder until the CLI lands)."""
+
+
+def main() -> None:
+    """Entry point."""
+    raise SystemExit("tether CLI")

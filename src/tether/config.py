@@ -1,0 +1,126 @@
+"""Frozen settings with named defaults, validated once at construction.
+
+Default timing: a heartbeat every 2 s extends a 10 s lease, and the rescuer looks for
+expired leases every second, so a worker that vanishes without trace has its jobs
+running again within about 11 s. A worker whose process is gone on the same host, or
+whose PostgreSQL session is gone, is noticed faster than that (see ``WorkerConfig``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from tether.errors import ConfigError
+
+DEFAULT_DATABASE_URL = "sqlite:///tether.db"
+DEFAULT_QUEUE = "default"
+MAX_PAYLOAD_BYTES = 1024 * 1024
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter between attempts.
+
+    The delay before attempt ``n + 1`` is ``base_delay * factor ** (n - 1)``, capped at
+    ``max_delay``, then spread by up to ``jitter`` (a fraction) either way so that a
+    burst of failures does not retry in lockstep.
+    """
+
+    base_delay: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ConfigError("retry delays must not be negative")
+        if self.factor < 1:
+            raise ConfigError("retry factor must be at least 1")
+        if not 0 <= self.jitter <= 1:
+            raise ConfigError("retry jitter must be between 0 and 1")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        raw = min(self.max_delay, self.base_delay * self.factor ** max(0, attempt - 1))
+        spread = raw * self.jitter
+        return max(0.0, raw + random.uniform(-spread, spread))
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Settings of an :class:`~tether.App`."""
+
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    auto_migrate: bool = True
+    default_queue: str = DEFAULT_QUEUE
+    default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # A poll fallback for waits: notifications only shorten it.
+    wait_poll_interval: float = 0.5
+
+    def __post_init__(self) -> None:
+        _positive("max_payload_bytes", self.max_payload_bytes)
+        _positive("wait_poll_interval", self.wait_poll_interval)
+        if self.default_max_attempts < 1:
+            raise ConfigError("default_max_attempts must be at least 1")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Settings of a :class:`~tether.Worker`.
+
+    ``lease_duration`` must cover several heartbeats, so one slow write never costs a
+    lease. A worker that has not heartbeated successfully for
+    ``lease_duration - self_fence_margin`` stops its own jobs: by then another worker may
+    be about to take them.
+    """
+
+    concurrency: int = 10
+    queues: tuple[str, ...] = (DEFAULT_QUEUE,)
+    claim_batch: int = 50
+    poll_interval: float = 1.0
+    heartbeat_interval: float = 2.0
+    lease_duration: float = 10.0
+    self_fence_margin: float = 2.0
+    rescue_interval: float = 1.0
+    # A worker whose database session is gone is presumed dead only once its heartbeat
+    # is also this old, so a short reconnect (a database restart) costs no jobs.
+    dead_session_grace: float = 6.0
+    stop_timeout: float = 30.0
+    # Async handlers: from ``ctx.cancelled`` until the task gets CancelledError.
+    cancel_grace: float = 2.0
+    # A job that still runs this long after its cancel request is abandoned: its lease
+    # is revoked so nothing it writes afterwards counts.
+    cancel_timeout: float = 10.0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError("concurrency must be at least 1")
+        if self.claim_batch < 1:
+            raise ConfigError("claim_batch must be at least 1")
+        if not self.queues:
+            raise ConfigError("a worker needs at least one queue")
+        for name in (
+            "poll_interval",
+            "heartbeat_interval",
+            "lease_duration",
+            "rescue_interval",
+            "stop_timeout",
+            "cancel_timeout",
+        ):
+            _positive(name, getattr(self, name))
+        if self.cancel_grace < 0 or self.self_fence_margin < 0:
+            raise ConfigError("cancel_grace and self_fence_margin must not be negative")
+        if self.lease_duration < 2 * self.heartbeat_interval + self.self_fence_margin:
+            raise ConfigError(
+                "lease_duration must be at least 2 * heartbeat_interval + self_fence_margin "
+                f"({self.lease_duration} < {2 * self.heartbeat_interval + self.self_fence_margin})"
+            )

@@ -1,0 +1,162 @@
+"""What a handler gets: its job, its cancel signal, checkpoints and progress."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from tether.errors import Cancelled, LeaseLostError, PayloadTooLargeError
+from tether.job import JSON, Job
+
+T = TypeVar("T")
+
+
+class CancelSignal:
+    """Set when the job must stop; readable from the event loop and from threads.
+
+    ``reason`` says why: ``cancel`` (a person asked), ``shutdown`` (the worker is
+    stopping and the job will be released), or ``lease_lost`` (another worker may own
+    the job now; nothing this attempt writes will count).
+    """
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._event = asyncio.Event()
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        """Raise the signal. Call from the event loop thread."""
+        if self.reason is None:
+            self.reason = reason
+        self._flag.set()
+        self._event.set()
+
+    def is_set(self) -> bool:
+        """Whether the job has been asked to stop."""
+        return self._flag.is_set()
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+    async def wait(self) -> None:
+        """Return once the signal is raised."""
+        await self._event.wait()
+
+    def wait_sync(self, timeout: float | None = None) -> bool:
+        """Block a thread until the signal is raised or ``timeout`` passes."""
+        return self._flag.wait(timeout)
+
+
+class JobContext:
+    """Handed to async handlers as their first argument.
+
+    ``checkpoint`` is what the previous attempt saved (``None`` at first). Every write
+    carries the lease token: after the lease is lost it raises
+    :class:`~tether.errors.LeaseLostError` and changes nothing.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        save: Callable[[str], Awaitable[bool]],
+        on_lease_lost: Callable[[], None],
+        max_payload_bytes: int,
+    ) -> None:
+        self.job = job
+        self.cancelled = CancelSignal()
+        self.checkpoint: JSON | None = job.checkpoint
+        self.progress: tuple[int | None, int | None] = (job.progress_current, job.progress_total)
+        self._save = save
+        self._on_lease_lost = on_lease_lost
+        self._max_payload = max_payload_bytes
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, from 1."""
+        return self.job.attempt
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` if the job has been asked to stop."""
+        if self.cancelled.is_set():
+            raise Cancelled(self.cancelled.reason or "cancel")
+
+    async def save_checkpoint(self, data: JSON) -> None:
+        """Durably save ``data``; the next attempt starts with it as ``ctx.checkpoint``."""
+        try:
+            encoded = json.dumps(data, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint is not JSON: {exc}") from exc
+        if len(encoded.encode()) > self._max_payload:
+            raise PayloadTooLargeError(f"checkpoint exceeds {self._max_payload} bytes")
+        if not await self._save(encoded):
+            self._on_lease_lost()
+            raise LeaseLostError(f"job {self.id} lost its lease; checkpoint not saved")
+        self.checkpoint = data
+
+    def set_progress(self, current: int, total: int | None = None) -> None:
+        """Report progress; it is written with the worker's next heartbeat."""
+        self.progress = (current, total if total is not None else self.progress[1])
+
+
+class SyncJobContext:
+    """The same context for handlers that run in a thread: every call blocks."""
+
+    def __init__(self, ctx: JobContext, loop: asyncio.AbstractEventLoop) -> None:
+        self._ctx = ctx
+        self._loop = loop
+
+    @property
+    def job(self) -> Job:
+        """The job as it was claimed."""
+        return self._ctx.job
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return self._ctx.id
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, from 1."""
+        return self._ctx.attempt
+
+    @property
+    def cancelled(self) -> CancelSignal:
+        """Poll ``ctx.cancelled.is_set()`` or block on ``ctx.cancelled.wait_sync(t)``."""
+        return self._ctx.cancelled
+
+    @property
+    def checkpoint(self) -> JSON | None:
+        """What the previous attempt saved."""
+        return self._ctx.checkpoint
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` if the job has been asked to stop."""
+        self._ctx.check_cancelled()
+
+    def save_checkpoint(self, data: JSON) -> None:
+        """Durably save ``data`` (blocks until written)."""
+        self._call(self._ctx.save_checkpoint(data))
+
+    def set_progress(self, current: int, total: int | None = None) -> None:
+        """Report progress; it is written with the worker's next heartbeat."""
+        self._loop.call_soon_threadsafe(self._ctx.set_progress, current, total)
+
+    def _call(self, coro: Awaitable[T]) -> T:
+        async def run() -> T:
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
+
+
+Context = JobContext | SyncJobContext
+Handler = Callable[..., Any]

@@ -1,0 +1,162 @@
+"""The records tether keeps: jobs, their events, workers, and what writes carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tether.states import TERMINAL, JobState
+
+JSON = Any
+"""A value that survives ``json.dumps``/``json.loads`` unchanged."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A snapshot of one row of ``tether_jobs``."""
+
+    id: int
+    task: str
+    args: dict[str, JSON]
+    queue: str
+    priority: int
+    key: str | None
+    state: JobState
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: str | None
+    lease_token: int
+    lease_expires_at: datetime | None
+    heartbeat_at: datetime | None
+    cancel_requested_at: datetime | None
+    cancel_reason: str | None
+    cancel_force: bool
+    checkpoint: JSON | None
+    progress_current: int | None
+    progress_total: int | None
+    result: JSON | None
+    error: str | None
+    owner: str | None
+    idempotency_key: str | None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job is ``succeeded``, ``failed`` or ``cancelled``."""
+        return self.state in TERMINAL
+
+    @property
+    def display_state(self) -> str:
+        """The state as people see it: a running job with a cancel request is cancelling."""
+        if self.state is JobState.RUNNING and self.cancel_requested_at is not None:
+            return "cancelling"
+        return self.state.value
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What enqueue needs to create one job; the store fills in everything else."""
+
+    task: str
+    args_json: str
+    queue: str
+    priority: int = 0
+    key: str | None = None
+    max_attempts: int = 3
+    timeout: float | None = None
+    delay: float = 0.0
+    owner: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One transition of one job, stamped with database time."""
+
+    id: int
+    job_id: int
+    from_state: JobState | None
+    to_state: JobState
+    at: datetime
+    worker_id: str | None
+    actor: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One row of ``tether_workers`` with the number of leases it holds."""
+
+    id: str
+    name: str | None
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    state: str
+    running_jobs: int = 0
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One lease a heartbeat extends, with the progress to flush alongside."""
+
+    job_id: int
+    lease_token: int
+    progress_current: int | None = None
+    progress_total: int | None = None
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """A pending request on a job the heartbeat found still leased."""
+
+    job_id: int
+    cancel: bool
+    force: bool
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    """What one heartbeat write returns: leases kept and control requests pending."""
+
+    alive: frozenset[int]
+    requests: tuple[ControlRequest, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended, as the worker asks the store to record it.
+
+    ``state`` is the target: succeeded, failed, retrying, cancelled, or queued (a
+    release that does not spend the attempt). The store turns a failure, retry or
+    release of a job with a pending cancel into ``cancelled``.
+    """
+
+    job_id: int
+    lease_token: int
+    state: JobState
+    result_json: str | None = None
+    error: str | None = None
+    delay: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Filters for listing jobs; ``None`` means any."""
+
+    states: tuple[JobState, ...] | None = None
+    queue: str | None = None
+    task: str | None = None
+    key: str | None = None
+    owner: str | None = None
+    worker_id: str | None = None
+    limit: int = 100
+    offset: int = 0
+    ids: tuple[int, ...] | None = field(default=None)

@@ -1,0 +1,52 @@
+"""The rescuer: finds dead workers and zombie jobs, and hands the jobs back, fenced."""
+
+from __future__ import annotations
+
+import logging
+
+from tether.job import Job
+from tether.procinfo import hostname, pid_alive
+from tether.service import Service
+from tether.store import Store
+
+log = logging.getLogger("tether.rescuer")
+
+
+class Rescuer(Service):
+    """Each round:
+
+    1. marks dead the workers on this host whose process is gone, and (PostgreSQL) the
+       workers whose database session is gone and whose heartbeat is stale;
+    2. if this process leads maintenance (always on SQLite; the advisory-lock holder on
+       PostgreSQL), moves every running job whose lease expired or whose worker is dead
+       to ``retrying`` (or ``failed`` once its attempts are spent, or ``cancelled`` if a
+       cancel was pending), bumping its lease token so the old worker's writes fail.
+    """
+
+    name = "rescuer"
+
+    def __init__(self, store: Store, *, interval: float, session_grace: float) -> None:
+        super().__init__(interval, logger=log)
+        self.store = store
+        self.session_grace = session_grace
+        self.host = hostname()
+
+    async def run_once(self) -> list[Job]:
+        """One round; returns the jobs rescued."""
+        dead = await self.store.mark_dead_workers(self.host, pid_alive, self.session_grace)
+        for worker_id in dead:
+            log.warning("worker %s is dead; its jobs will be rescued", worker_id)
+        if not await self.store.try_lead():
+            return []
+        rescued = await self.store.rescue()
+        for job in rescued:
+            log.warning(
+                "rescued job %s (%s) from worker %s: now %s (attempt %d/%d)",
+                job.id,
+                job.task,
+                job.worker_id,
+                job.state,
+                job.attempt,
+                job.max_attempts,
+            )
+        return rescued

@@ -1,0 +1,94 @@
+"""A background loop as a small service: ``run_once()`` for tests, ``run()`` for real."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+
+class Service:
+    """Calls :meth:`run_once` every ``interval`` seconds until stopped.
+
+    While ``run_once`` keeps failing (the database is down, say) the loop backs off
+    exponentially up to ``max_backoff`` once ``max_consecutive_errors`` have been seen,
+    and it logs the first failure, then at most one line per ``log_every`` seconds,
+    then one line on recovery, so an outage cannot flood the logs.
+    """
+
+    name = "service"
+
+    def __init__(
+        self,
+        interval: float,
+        *,
+        max_consecutive_errors: int = 3,
+        max_backoff: float = 30.0,
+        log_every: float = 30.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.interval = interval
+        self.max_consecutive_errors = max_consecutive_errors
+        self.max_backoff = max_backoff
+        self.log_every = log_every
+        self.errors = 0
+        self._last_log = -1e9
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.log = logger or logging.getLogger(f"tether.{self.name}")
+
+    async def run_once(self) -> Any:
+        """Do one round of work."""
+        raise NotImplementedError
+
+    def wake(self) -> None:
+        """Run the next round now instead of at the end of the interval."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current round."""
+        self._stop.set()
+        self._wake.set()
+
+    def delay(self) -> float:
+        """Seconds until the next round, given the recent errors."""
+        if self.errors < self.max_consecutive_errors:
+            return self.interval
+        excess = self.errors - self.max_consecutive_errors
+        return float(min(self.max_backoff, self.interval * 2 ** (excess + 1)))
+
+    async def run(self) -> None:
+        """Loop until :meth:`stop`; never raises for a failed round."""
+        while not self._stop.is_set():
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed(exc)
+            else:
+                self._recovered()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.delay())
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    def _failed(self, exc: Exception) -> None:
+        self.errors += 1
+        now = time.monotonic()
+        if self.errors == 1 or now - self._last_log >= self.log_every:
+            self._last_log = now
+            self.log.warning(
+                "%s failed (%d in a row, next try in %.1fs): %s",
+                self.name,
+                self.errors,
+                self.delay(),
+                exc,
+            )
+
+    def _recovered(self) -> None:
+        if self.errors:
+            self.log.info("%s recovered after %d failed rounds", self.name, self.errors)
+        self.errors = 0

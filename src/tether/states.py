@@ -1,0 +1,67 @@
+"""Job states and the one table of legal transitions.
+
+This module owns the state machine. The stores copy :data:`TRANSITIONS` into the
+``tether_transitions`` table at migration time, and a trigger refuses any UPDATE that
+is not listed there, so the rule holds even for SQL written by hand.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """The seven states a job can be in."""
+
+    QUEUED = "queued"
+    BLOCKED = "blocked"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+Q, B, R, RT, P, S, F, C = (
+    JobState.QUEUED,
+    JobState.BLOCKED,
+    JobState.RUNNING,
+    JobState.RETRYING,
+    JobState.PAUSED,
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.CANCELLED,
+)
+
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    Q: frozenset({R, P, C}),
+    B: frozenset({Q, C}),
+    # running -> queued is a release (shutdown); running -> blocked waits for children.
+    R: frozenset({S, F, RT, Q, P, C, B}),
+    RT: frozenset({R, P, C}),
+    P: frozenset({Q, C}),
+    S: frozenset(),
+    # A person may retry a failed job; nothing else leaves a terminal state.
+    F: frozenset({Q}),
+    C: frozenset(),
+}
+
+TERMINAL: frozenset[JobState] = frozenset({S, F, C})
+"""States a job stays in unless a person acts (only ``failed`` can be retried)."""
+
+CLAIMABLE: frozenset[JobState] = frozenset({Q, RT})
+"""States a worker may claim from once ``run_at`` has passed."""
+
+ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
+"""States that still count as work in progress."""
+
+
+def can_transition(src: JobState, dst: JobState) -> bool:
+    """Return whether ``src -> dst`` is a legal transition."""
+    return dst in TRANSITIONS[src]
+
+
+def transition_pairs() -> list[tuple[str, str]]:
+    """All legal ``(from, to)`` pairs, plus ``(None -> initial)`` entries, for the store."""
+    return sorted((src.value, dst.value) for src, dsts in TRANSITIONS.items() for dst in dsts)

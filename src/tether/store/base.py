@@ -1,0 +1,149 @@
+"""The narrow boundary between tether and its databases.
+
+Everything above this package talks to a :class:`Store`; only the modules in this
+package speak SQL or import a database driver. Both stores pass the same conformance
+suite (``tests/conformance``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Protocol, runtime_checkable
+
+from tether.hints import Hints
+from tether.job import (
+    Beat,
+    HeartbeatResult,
+    Job,
+    JobEvent,
+    JobFilter,
+    NewJob,
+    Outcome,
+    WorkerInfo,
+)
+
+PidAlive = Callable[[int, int | None], bool]
+"""``(pid, pid_start) -> alive``: whether a process on this host still runs."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered SQL file."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(dialect: str) -> list[Migration]:
+    """The migrations shipped for ``dialect``, in order."""
+    folder = resources.files("tether.store") / "migrations" / dialect
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            version = int(entry.name.split("_", 1)[0])
+            found.append(Migration(version, entry.name, entry.read_text("utf-8")))
+    return sorted(found, key=lambda m: m.version)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What tether needs from a database. Every method is a short transaction."""
+
+    url: str
+    hints: Hints
+
+    async def open(self) -> None:
+        """Connect. Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections and background tasks. Idempotent."""
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied now."""
+
+    async def schema_version(self) -> int:
+        """The newest applied migration, 0 for an empty database."""
+
+    # -- producers and readers ---------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Insert jobs in one transaction. A known idempotency key returns the existing job."""
+
+    async def get(self, job_id: int) -> Job | None:
+        """One job, or ``None``."""
+
+    async def list_jobs(self, flt: JobFilter) -> list[Job]:
+        """Jobs matching ``flt``, newest first."""
+
+    async def count_by_state(self) -> dict[str, int]:
+        """Number of jobs in each state (states with none are left out)."""
+
+    async def events(self, job_id: int) -> list[JobEvent]:
+        """A job's transitions, oldest first."""
+
+    async def request_cancel(
+        self, job_id: int, reason: str | None, force: bool, actor: str | None
+    ) -> Job:
+        """Cancel a job that is not running at once; flag a running one.
+
+        Returns the job after the change. A terminal job is returned unchanged, so the
+        caller can say what happened. Raises ``JobNotFoundError``.
+        """
+
+    # -- workers -----------------------------------------------------------------------
+
+    async def register_worker(
+        self,
+        worker_id: str,
+        name: str | None,
+        host: str,
+        pid: int,
+        pid_start: int | None,
+        queues: Sequence[str],
+        concurrency: int,
+    ) -> None:
+        """Record a worker incarnation as active."""
+
+    async def set_worker_state(self, worker_id: str, state: str) -> None:
+        """Move a worker to ``active``, ``draining``, ``stopped`` or ``dead``."""
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Every worker row, newest first, with the leases each holds."""
+
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        lease_duration: float,
+    ) -> list[Job]:
+        """Lease up to ``limit`` claimable jobs, bumping each lease token."""
+
+    async def heartbeat(
+        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+    ) -> HeartbeatResult:
+        """One write: extend these leases, flush progress, touch the worker row.
+
+        Returns the leases still held and their pending control requests.
+        """
+
+    async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
+        """Fenced write of a checkpoint; ``False`` means the lease is lost."""
+
+    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+        """Record how attempts ended, fenced. Returns the ids whose write was accepted."""
+
+    # -- maintenance -------------------------------------------------------------------
+
+    async def try_lead(self) -> bool:
+        """Whether this store's process holds (or just took) maintenance leadership."""
+
+    async def mark_dead_workers(self, host: str, pid_alive: PidAlive, session_grace: float) -> list[str]:
+        """Mark workers dead whose process is gone on ``host``, or whose session is gone."""
+
+    async def rescue(self) -> list[Job]:
+        """Fenced rescue of running jobs whose lease expired or whose worker is dead."""

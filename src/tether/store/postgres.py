@@ -1,0 +1,585 @@
+"""The PostgreSQL store: psycopg 3 with a connection pool, SKIP LOCKED and LISTEN/NOTIFY.
+
+Batch operations send arrays and run as one statement. NOTIFY carries ids and queue
+names only, once per statement. One extra connection per store listens for
+notifications and, when asked, holds the maintenance leader's advisory lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from tether import hints as h
+from tether.errors import JobNotFoundError, StoreError
+from tether.hints import Hints
+from tether.job import (
+    Beat,
+    ControlRequest,
+    HeartbeatResult,
+    Job,
+    JobEvent,
+    JobFilter,
+    NewJob,
+    Outcome,
+    WorkerInfo,
+)
+from tether.states import ACTIVE, TERMINAL, transition_pairs
+from tether.store.base import PidAlive, load_migrations
+from tether.store.rows import JOB_COLUMNS, RESCUE_STATE, RowReader, effective_state
+
+log = logging.getLogger("tether.store")
+
+CHANNELS = {"tether_enqueued": h.ENQUEUED, "tether_control": h.CONTROL, "tether_changed": h.CHANGED}
+LEADER_LOCK = 0x7E7E_0001
+MIGRATE_LOCK = 0x7E7E_0002
+NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
+TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
+ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
+
+Q_ENQUEUE: LiteralString = f"""
+INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout,
+                         run_at, owner, idempotency_key, actor)
+SELECT t, a::jsonb, q, p, k, 'queued', m, tmo, now() + make_interval(secs => d), o, ik, 'enqueue'
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
+            %s::float8[], %s::float8[], %s::text[], %s::text[])
+     AS x(t, a, q, p, k, m, tmo, d, o, ik)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING {JOB_COLUMNS}
+"""
+
+Q_CLAIM: LiteralString = f"""
+WITH picked AS (
+    SELECT id FROM tether_jobs
+    WHERE state IN ('queued', 'retrying') AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s)
+      AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE tether_jobs j SET state = 'running', attempt = j.attempt + 1, worker_id = %(worker)s,
+    lease_token = j.lease_token + 1, lease_expires_at = now() + make_interval(secs => %(lease)s),
+    heartbeat_at = now(), started_at = now(), result = NULL, actor = 'worker', reason = NULL
+FROM picked WHERE j.id = picked.id
+RETURNING {", ".join("j." + c.strip() for c in JOB_COLUMNS.split(","))}
+"""
+
+Q_HEARTBEAT: LiteralString = """
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(cur)s::bigint[],
+                         %(tot)s::bigint[]) AS v(id, token, cur, tot)
+), w AS (
+    UPDATE tether_workers SET heartbeat_at = now() WHERE id = %(worker)s
+)
+UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+    heartbeat_at = now(),
+    progress_current = COALESCE(v.cur, j.progress_current),
+    progress_total = COALESCE(v.tot, j.progress_total)
+FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force
+"""
+
+_EFF = effective_state("v.state")
+Q_FINISH: LiteralString = f"""
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
+                         %(results)s::text[], %(errors)s::text[], %(delays)s::float8[],
+                         %(reasons)s::text[]) AS v(id, token, state, result, error, delay, reason)
+)
+UPDATE tether_jobs j SET state = {_EFF},
+    result = v.result::jsonb,
+    error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
+    attempt = CASE WHEN v.state = 'queued' THEN j.attempt - 1 ELSE j.attempt END,
+    run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
+             ELSE j.run_at END,
+    finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
+    lease_expires_at = NULL, actor = %(worker)s,
+    reason = CASE WHEN {_EFF} = 'cancelled'
+             THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested') ELSE v.reason END
+FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+RETURNING j.id, j.state
+"""
+
+Q_CANCEL: LiteralString = f"""
+UPDATE tether_jobs SET
+    state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+    finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
+    cancel_requested_at = COALESCE(cancel_requested_at, now()),
+    cancel_reason = COALESCE(cancel_reason, %(reason)s),
+    cancel_force = cancel_force OR %(force)s, actor = %(actor)s, reason = %(reason)s
+WHERE id = %(id)s AND state IN ({ACTIVE_SQL})
+RETURNING state
+"""
+
+Q_RESCUE: LiteralString = f"""
+WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead')
+UPDATE tether_jobs SET state = {RESCUE_STATE},
+    lease_token = lease_token + 1, lease_expires_at = NULL, run_at = now(),
+    finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
+    error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt '
+            || attempt || '/' || max_attempts || ')',
+    actor = 'rescuer',
+    reason = CASE WHEN cancel_requested_at IS NOT NULL THEN 'rescued with a pending cancel'
+             WHEN worker_id IN (SELECT id FROM dead) THEN 'worker dead'
+             ELSE 'lease expired' END
+WHERE state = 'running'
+  AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
+RETURNING {JOB_COLUMNS}
+"""
+
+Q_DEAD_SESSIONS: LiteralString = """
+UPDATE tether_workers SET state = 'dead'
+WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
+  AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
+  AND heartbeat_at < now() - make_interval(secs => %s)
+RETURNING id
+"""
+
+
+def _chunks(ids: Sequence[str]) -> list[str]:
+    """Comma-joined payloads that each fit in one NOTIFY."""
+    out, cur = [], ""
+    for i in ids:
+        if cur and len(cur) + len(i) + 1 > NOTIFY_MAX:
+            out.append(cur)
+            cur = ""
+        cur = f"{cur},{i}" if cur else i
+    if cur:
+        out.append(cur)
+    return out
+
+
+class PostgresStore:
+    """A :class:`~tether.store.base.Store` on PostgreSQL."""
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.url = url
+        self.hints = Hints()
+        self._pool = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            name="tether",
+        )
+        self._opened = False
+        self._rows = RowReader(text_json=False, epoch_times=False)
+        self._listener: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._backend_pid: int | None = None
+        self._want_lead = False
+        self._leader = False
+        self._workers: set[str] = set()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if not self._opened:
+            try:
+                await self._pool.open(wait=True, timeout=10)
+            except Exception as exc:
+                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+            self._opened = True
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listener
+            self._listener = None
+        if self._opened:
+            await self._pool.close()
+            self._opened = False
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        if not self._opened:
+            await self.open()
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreError(f"postgresql: {exc}") from exc
+
+    async def _notify(self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]) -> None:
+        for payload in _chunks(ids):
+            await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+    # -- schema --------------------------------------------------------------------------
+
+    async def schema_version(self) -> int:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT to_regclass('tether_migrations') AS t")
+            row = await cur.fetchone()
+            if row is None or row["t"] is None:
+                return 0
+            cur = await conn.execute("SELECT COALESCE(MAX(version), 0) AS v FROM tether_migrations")
+            row = await cur.fetchone()
+            return int(row["v"]) if row else 0
+
+    async def migrate(self) -> list[int]:
+        async with self._conn() as conn, conn.transaction():
+            # Several workers may start at once; one migrates, the others wait and see.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS tether_migrations (version INTEGER PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute("SELECT version FROM tether_migrations")
+            done = {r["version"] for r in await cur.fetchall()}
+            applied = []
+            for mig in load_migrations("postgres"):
+                if mig.version in done:
+                    continue
+                await conn.execute(sql.SQL(mig.sql))  # type: ignore[arg-type]
+                await conn.execute(
+                    "INSERT INTO tether_migrations (version, name) VALUES (%s, %s)",
+                    (mig.version, mig.name),
+                )
+                applied.append(mig.version)
+            await conn.execute("DELETE FROM tether_transitions")
+            async with conn.cursor() as cur2:
+                await cur2.executemany(
+                    "INSERT INTO tether_transitions VALUES (%s, %s)", transition_pairs()
+                )
+            return applied
+
+    # -- producers and readers -----------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
+        if not jobs:
+            return []
+        cols: list[list[Any]] = [[] for _ in range(10)]
+        for j in jobs:
+            for col, value in zip(
+                cols,
+                (
+                    j.task,
+                    j.args_json,
+                    j.queue,
+                    j.priority,
+                    j.key,
+                    j.max_attempts,
+                    j.timeout,
+                    j.delay,
+                    j.owner,
+                    j.idempotency_key,
+                ),
+                strict=True,
+            ):
+                col.append(value)
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(Q_ENQUEUE, cols)
+            # Sequence values follow row order, so sorting by id restores input order.
+            new = sorted((self._rows.job(r) for r in await cur.fetchall()), key=lambda j: j.id)
+            existing: dict[str, Job] = {}
+            new_keys = {j.idempotency_key for j in new if j.idempotency_key is not None}
+            wanted = [
+                j.idempotency_key
+                for j in jobs
+                if j.idempotency_key is not None and j.idempotency_key not in new_keys
+            ]
+            if wanted:
+                cur = await conn.execute(
+                    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = ANY(%s)",
+                    (wanted,),
+                )
+                existing = {r["idempotency_key"]: self._rows.job(r) for r in await cur.fetchall()}
+            await self._notify(conn, "tether_enqueued", sorted({j.queue for j in new}))
+        out, it, seen = [], iter(new), {}
+        for j in jobs:
+            k = j.idempotency_key
+            if k is not None and k in seen:
+                out.append(seen[k])
+            elif k is not None and k not in new_keys:
+                out.append(existing[k])
+                seen[k] = existing[k]
+            else:
+                job = next(it)
+                out.append(job)
+                if k is not None:
+                    seen[k] = job
+        return out
+
+    async def get(self, job_id: int) -> Job | None:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
+            )
+            row = await cur.fetchone()
+        return self._rows.job(row) if row else None
+
+    async def list_jobs(self, flt: JobFilter) -> list[Job]:
+        where: list[sql.Composable] = [sql.SQL("TRUE")]
+        params: list[Any] = []
+        if flt.states is not None:
+            where.append(sql.SQL("state = ANY(%s)"))
+            params.append([s.value for s in flt.states])
+        for column in ("queue", "task", "key", "owner", "worker_id"):
+            value = getattr(flt, column)
+            if value is not None:
+                where.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
+                params.append(value)
+        if flt.ids is not None:
+            where.append(sql.SQL("id = ANY(%s)"))
+            params.append(list(flt.ids))
+        query = sql.SQL(
+            "SELECT " + JOB_COLUMNS + " FROM tether_jobs WHERE {} ORDER BY id DESC "
+            "LIMIT %s OFFSET %s"
+        ).format(sql.SQL(" AND ").join(where))
+        params.extend([flt.limit, flt.offset])
+        async with self._conn() as conn:
+            cur = await conn.execute(query, params)
+            return [self._rows.job(r) for r in await cur.fetchall()]
+
+    async def count_by_state(self) -> dict[str, int]:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT state, COUNT(*) AS n FROM tether_jobs GROUP BY state")
+            return {r["state"]: r["n"] for r in await cur.fetchall()}
+
+    async def events(self, job_id: int) -> list[JobEvent]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_job_events WHERE job_id = %s ORDER BY id", (job_id,)
+            )
+            return [self._rows.event(r) for r in await cur.fetchall()]
+
+    async def request_cancel(
+        self, job_id: int, reason: str | None, force: bool, actor: str | None
+    ) -> Job:
+        args = {"id": job_id, "reason": reason, "force": force, "actor": actor}
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(Q_CANCEL, args)
+            row = await cur.fetchone()
+            if row is not None:
+                channel = "tether_control" if row["state"] == "running" else "tether_changed"
+                await self._notify(conn, channel, [str(job_id)])
+            cur = await conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
+            )
+            found = await cur.fetchone()
+        if found is None:
+            raise JobNotFoundError(job_id)
+        return self._rows.job(found)
+
+    # -- workers -------------------------------------------------------------------------
+
+    async def register_worker(
+        self,
+        worker_id: str,
+        name: str | None,
+        host: str,
+        pid: int,
+        pid_start: int | None,
+        queues: Sequence[str],
+        concurrency: int,
+    ) -> None:
+        await self.listen()
+        await asyncio.wait_for(self._connected.wait(), 10)
+        self._workers.add(worker_id)
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO tether_workers (id, name, host, pid, pid_start, backend_pid, queues, "
+                "concurrency, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'active')",
+                (
+                    worker_id,
+                    name,
+                    host,
+                    pid,
+                    pid_start,
+                    self._backend_pid,
+                    ",".join(queues),
+                    concurrency,
+                ),
+            )
+
+    async def set_worker_state(self, worker_id: str, state: str) -> None:
+        if state in ("stopped", "dead"):
+            self._workers.discard(worker_id)
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE tether_workers SET state = %s, heartbeat_at = now() WHERE id = %s",
+                (state, worker_id),
+            )
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT w.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.state = 'running' "
+                "AND j.worker_id = w.id) AS running_jobs FROM tether_workers w "
+                "ORDER BY w.started_at DESC"
+            )
+            return [self._rows.worker(r) for r in await cur.fetchall()]
+
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        lease_duration: float,
+    ) -> list[Job]:
+        args = {
+            "queues": list(queues),
+            "tasks": list(tasks),
+            "limit": limit,
+            "worker": worker_id,
+            "lease": lease_duration,
+        }
+        async with self._conn() as conn:
+            cur = await conn.execute(Q_CLAIM, args)
+            jobs = [self._rows.job(r) for r in await cur.fetchall()]
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return jobs
+
+    async def heartbeat(
+        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+    ) -> HeartbeatResult:
+        args = {
+            "ids": [b.job_id for b in beats],
+            "tokens": [b.lease_token for b in beats],
+            "cur": [b.progress_current for b in beats],
+            "tot": [b.progress_total for b in beats],
+            "worker": worker_id,
+            "lease": lease_duration,
+        }
+        async with self._conn() as conn:
+            cur = await conn.execute(Q_HEARTBEAT, args)
+            rows = await cur.fetchall()
+        return HeartbeatResult(
+            frozenset(r["id"] for r in rows),
+            tuple(ControlRequest(r["id"], True, r["cancel_force"]) for r in rows if r["cancel"]),
+        )
+
+    async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE tether_jobs SET checkpoint = %s::jsonb "
+                "WHERE id = %s AND lease_token = %s AND state = 'running'",
+                (checkpoint_json, job_id, lease_token),
+            )
+            return cur.rowcount == 1
+
+    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+        if not outcomes:
+            return set()
+        args = {
+            "ids": [o.job_id for o in outcomes],
+            "tokens": [o.lease_token for o in outcomes],
+            "states": [o.state.value for o in outcomes],
+            "results": [o.result_json for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "delays": [o.delay for o in outcomes],
+            "reasons": [o.reason for o in outcomes],
+            "worker": worker_id,
+        }
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(Q_FINISH, args)
+            rows = await cur.fetchall()
+            accepted = [str(r["id"]) for r in rows]
+            await self._notify(conn, "tether_changed", accepted)
+            requeued = any(r["state"] in ("queued", "retrying") for r in rows)
+            if requeued:
+                await self._notify(conn, "tether_enqueued", [h.ANY])
+        return {r["id"] for r in rows}
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    async def try_lead(self) -> bool:
+        self._want_lead = True
+        await self.listen()
+        return self._leader
+
+    async def mark_dead_workers(
+        self, host: str, pid_alive: PidAlive, session_grace: float
+    ) -> list[str]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT id, pid, pid_start FROM tether_workers "
+                "WHERE host = %s AND state IN ('active', 'draining')",
+                (host,),
+            )
+            dead = [r["id"] for r in await cur.fetchall() if not pid_alive(r["pid"], r["pid_start"])]
+            if dead:
+                await conn.execute(
+                    "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%s)", (dead,)
+                )
+            cur = await conn.execute(Q_DEAD_SESSIONS, (session_grace,))
+            dead.extend(r["id"] for r in await cur.fetchall())
+        return dead
+
+    async def rescue(self) -> list[Job]:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(Q_RESCUE)
+            rescued = [self._rows.job(r) for r in await cur.fetchall()]
+            if rescued:
+                await self._notify(conn, "tether_changed", [str(j.id) for j in rescued])
+                await self._notify(conn, "tether_enqueued", [h.ANY])
+        return rescued
+
+    # -- notifications -------------------------------------------------------------------
+
+    async def listen(self) -> None:
+        """Start the LISTEN connection (idempotent); it reconnects by itself."""
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.create_task(self._listen_forever(), name="tether-listen")
+
+    async def _listen_forever(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection failed, retrying in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            try:
+                async with conn:
+                    await self._serve(conn)
+                    delay = 0.1
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection lost, reconnecting: %s", exc)
+            finally:
+                self._connected.clear()
+                self._leader = False
+                self._backend_pid = None
+            await asyncio.sleep(delay)
+
+    async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        for channel in CHANNELS:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self._backend_pid = conn.info.backend_pid
+        if self._workers:
+            await conn.execute(
+                "UPDATE tether_workers SET backend_pid = %s WHERE id = ANY(%s)",
+                (self._backend_pid, list(self._workers)),
+            )
+        self._connected.set()
+        # Anything published while we were away is lost: wake every waiter to re-check.
+        self.hints.publish_all()
+        while True:
+            if self._want_lead and not self._leader:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+                row = await cur.fetchone()
+                self._leader = bool(row and row[0])
+                if self._leader:
+                    log.info("this process is now the maintenance leader")
+            else:
+                # A cheap round trip that also notices a dead connection.
+                await conn.execute("SELECT 1")
+            async for note in conn.notifies(timeout=1.0):
+                channel = CHANNELS.get(note.channel)
+                if channel is not None:
+                    self.hints.publish(channel, note.payload.split(","))

@@ -1,0 +1,505 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+All statements of one store run on one dedicated thread with one connection, so the
+event loop never blocks on disk. Writes are short ``BEGIN IMMEDIATE`` transactions,
+which serialize writers across processes on the same file; readers never wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from tether import hints as h
+from tether.errors import JobNotFoundError, StoreError
+from tether.hints import Hints
+from tether.job import (
+    Beat,
+    ControlRequest,
+    HeartbeatResult,
+    Job,
+    JobEvent,
+    JobFilter,
+    NewJob,
+    Outcome,
+    WorkerInfo,
+)
+from tether.states import ACTIVE, TERMINAL, transition_pairs
+from tether.store.base import PidAlive, load_migrations
+from tether.store.rows import JOB_COLUMNS, RESCUE_STATE, RowReader, effective_state
+
+T = TypeVar("T")
+
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
+ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
+# SQLite's default limit on bound parameters is 32766; stay well below it.
+CHUNK = 500
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+class SqliteStore:
+    """A :class:`~tether.store.base.Store` on one SQLite file."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str, path: str, *, busy_timeout: float = 30.0) -> None:
+        self.url = url
+        self.path = path
+        self.hints = Hints()
+        self._busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._rows = RowReader(text_json=True, epoch_times=True)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="tether-sqlite")
+            await self._call(self._connect)
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(executor, shut)
+        executor.shutdown(wait=True)
+
+    def _connect(self) -> None:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
+        self._conn = conn
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            await self.open()
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+
+    def _db(self) -> sqlite3.Connection:
+        assert self._conn is not None, "store is not open"
+        return self._conn
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return out
+
+    async def _write_async(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._call(self._write, fn)
+
+    def _jobs_by_ids(self, conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
+        found: dict[int, Job] = {}
+        for i in range(0, len(ids), CHUNK):
+            part = ids[i : i + CHUNK]
+            sql = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN ({_marks(len(part))})"
+            for row in conn.execute(sql, part):
+                job = self._rows.job(row)
+                found[job.id] = job
+        return found
+
+    # -- schema --------------------------------------------------------------------------
+
+    async def schema_version(self) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='tether_migrations'"
+            ).fetchone()
+            if not exists:
+                return 0
+            row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM tether_migrations").fetchone()
+            return int(row[0])
+
+        return await self._call(lambda: read(self._db()))
+
+    async def migrate(self) -> list[int]:
+        def run(conn: sqlite3.Connection) -> list[int]:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS tether_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM tether_migrations")}
+            applied = []
+            for mig in load_migrations("sqlite"):
+                if mig.version in done:
+                    continue
+                # executescript would COMMIT our transaction; run statement by statement.
+                for statement in _split_sql(mig.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    f"INSERT INTO tether_migrations VALUES (?, ?, {NOW})", (mig.version, mig.name)
+                )
+                applied.append(mig.version)
+            conn.execute("DELETE FROM tether_transitions")
+            conn.executemany("INSERT INTO tether_transitions VALUES (?, ?)", transition_pairs())
+            return applied
+
+        return await self._write_async(run)
+
+    # -- producers and readers -----------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
+        def run(conn: sqlite3.Connection) -> list[Job]:
+            ids: list[int] = []
+            for job in jobs:
+                if job.idempotency_key is not None:
+                    row = conn.execute(
+                        "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
+                        (job.idempotency_key,),
+                    ).fetchone()
+                    if row is not None:
+                        ids.append(row[0])
+                        continue
+                row = conn.execute(
+                    "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
+                    "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor) "
+                    f"VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue') "
+                    "RETURNING id",
+                    (
+                        job.task,
+                        job.args_json,
+                        job.queue,
+                        job.priority,
+                        job.key,
+                        job.max_attempts,
+                        job.timeout,
+                        job.delay,
+                        job.owner,
+                        job.idempotency_key,
+                    ),
+                ).fetchone()
+                ids.append(row[0])
+            found = self._jobs_by_ids(conn, ids)
+            return [found[i] for i in ids]
+
+        out = await self._write_async(run)
+        self.hints.publish(h.ENQUEUED, {job.queue for job in out})
+        return out
+
+    async def get(self, job_id: int) -> Job | None:
+        return (await self._call(lambda: self._jobs_by_ids(self._db(), [job_id]))).get(job_id)
+
+    async def list_jobs(self, flt: JobFilter) -> list[Job]:
+        where, params = ["1=1"], []
+        if flt.states is not None:
+            where.append(f"state IN ({_marks(len(flt.states))})")
+            params.extend(s.value for s in flt.states)
+        for column in ("queue", "task", "key", "owner", "worker_id"):
+            value = getattr(flt, column)
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if flt.ids is not None:
+            where.append(f"id IN ({_marks(len(flt.ids))})")
+            params.extend(str(i) for i in flt.ids)
+        sql = (
+            f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE {' AND '.join(where)} "
+            "ORDER BY id DESC LIMIT ? OFFSET ?"
+        )
+        params.extend([str(flt.limit), str(flt.offset)])
+
+        def run() -> list[Job]:
+            return [self._rows.job(r) for r in self._db().execute(sql, params)]
+
+        return await self._call(run)
+
+    async def count_by_state(self) -> dict[str, int]:
+        def run() -> dict[str, int]:
+            rows = self._db().execute("SELECT state, COUNT(*) FROM tether_jobs GROUP BY state")
+            return {r[0]: r[1] for r in rows}
+
+        return await self._call(run)
+
+    async def events(self, job_id: int) -> list[JobEvent]:
+        def run() -> list[JobEvent]:
+            rows = self._db().execute(
+                "SELECT * FROM tether_job_events WHERE job_id = ? ORDER BY id", (job_id,)
+            )
+            return [self._rows.event(r) for r in rows]
+
+        return await self._call(run)
+
+    async def request_cancel(
+        self, job_id: int, reason: str | None, force: bool, actor: str | None
+    ) -> Job:
+        def run(conn: sqlite3.Connection) -> Job:
+            conn.execute(
+                "UPDATE tether_jobs SET "
+                "state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END, "
+                f"finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {NOW} END, "
+                f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
+                "cancel_reason = COALESCE(cancel_reason, ?), "
+                "cancel_force = cancel_force OR ?, actor = ?, reason = ? "
+                f"WHERE id = ? AND state IN ({ACTIVE_SQL})",
+                (reason, force, actor, reason, job_id),
+            )
+            job = self._jobs_by_ids(conn, [job_id]).get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            return job
+
+        job = await self._write_async(run)
+        self.hints.publish(h.CONTROL if job.state == "running" else h.CHANGED, [str(job_id)])
+        return job
+
+    # -- workers -------------------------------------------------------------------------
+
+    async def register_worker(
+        self,
+        worker_id: str,
+        name: str | None,
+        host: str,
+        pid: int,
+        pid_start: int | None,
+        queues: Sequence[str],
+        concurrency: int,
+    ) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                "INSERT INTO tether_workers (id, name, host, pid, pid_start, queues, concurrency, "
+                f"started_at, heartbeat_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, {NOW}, {NOW}, "
+                "'active')",
+                (worker_id, name, host, pid, pid_start, ",".join(queues), concurrency),
+            )
+        )
+
+    async def set_worker_state(self, worker_id: str, state: str) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                f"UPDATE tether_workers SET state = ?, heartbeat_at = {NOW} WHERE id = ?",
+                (state, worker_id),
+            )
+        )
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        def run() -> list[WorkerInfo]:
+            rows = self._db().execute(
+                "SELECT w.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.state = 'running' "
+                "AND j.worker_id = w.id) AS running_jobs FROM tether_workers w "
+                "ORDER BY w.started_at DESC"
+            )
+            return [self._rows.worker(r) for r in rows]
+
+        return await self._call(run)
+
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        lease_duration: float,
+    ) -> list[Job]:
+        pick = (
+            "FROM tether_jobs WHERE state IN ('queued', 'retrying') "
+            f"AND queue IN ({_marks(len(queues))}) AND task IN ({_marks(len(tasks))}) "
+            f"AND run_at <= {NOW}"
+        )
+        pick_params = [*queues, *tasks]
+
+        def run() -> list[Job]:
+            conn = self._db()
+            # Look before taking the write lock: an idle poll must not serialize writers.
+            if conn.execute(f"SELECT 1 {pick} LIMIT 1", pick_params).fetchone() is None:
+                return []
+
+            def take(conn: sqlite3.Connection) -> list[Job]:
+                rows = conn.execute(
+                    "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
+                    f"worker_id = ?, lease_token = lease_token + 1, "
+                    f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
+                    "result = NULL, actor = 'worker', reason = NULL "
+                    f"WHERE id IN (SELECT id {pick} ORDER BY priority DESC, run_at, id LIMIT ?) "
+                    f"RETURNING {JOB_COLUMNS}",
+                    [worker_id, lease_duration, *pick_params, limit],
+                ).fetchall()
+                jobs = [self._rows.job(r) for r in rows]
+                jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+                return jobs
+
+            return self._write(take)
+
+        return await self._call(run)
+
+    async def heartbeat(
+        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+    ) -> HeartbeatResult:
+        def run(conn: sqlite3.Connection) -> HeartbeatResult:
+            alive: set[int] = set()
+            requests = []
+            for beat in beats:
+                row = conn.execute(
+                    f"UPDATE tether_jobs SET lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, "
+                    "progress_current = COALESCE(?, progress_current), "
+                    "progress_total = COALESCE(?, progress_total) "
+                    "WHERE id = ? AND lease_token = ? AND state = 'running' "
+                    "RETURNING id, cancel_requested_at IS NOT NULL, cancel_force",
+                    (
+                        lease_duration,
+                        beat.progress_current,
+                        beat.progress_total,
+                        beat.job_id,
+                        beat.lease_token,
+                    ),
+                ).fetchone()
+                if row is None:
+                    continue
+                alive.add(row[0])
+                if row[1]:
+                    requests.append(ControlRequest(row[0], cancel=True, force=bool(row[2])))
+            conn.execute(
+                f"UPDATE tether_workers SET heartbeat_at = {NOW} WHERE id = ?", (worker_id,)
+            )
+            return HeartbeatResult(frozenset(alive), tuple(requests))
+
+        return await self._write_async(run)
+
+    async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE tether_jobs SET checkpoint = ? "
+                "WHERE id = ? AND lease_token = ? AND state = 'running'",
+                (checkpoint_json, job_id, lease_token),
+            )
+            return cur.rowcount == 1
+
+        return await self._write_async(run)
+
+    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+        state = effective_state("?1")
+        sql = (
+            f"UPDATE tether_jobs SET state = {state}, "
+            "result = ?2, error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
+            "attempt = CASE WHEN ?1 = 'queued' THEN attempt - 1 ELSE attempt END, "
+            f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 ELSE run_at END, "
+            f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
+            "lease_expires_at = NULL, actor = ?5, "
+            f"reason = CASE WHEN {state} = 'cancelled' "
+            "THEN COALESCE(cancel_reason, ?6, 'cancel requested') ELSE ?6 END "
+            "WHERE id = ?7 AND lease_token = ?8 AND state = 'running' RETURNING id"
+        )
+
+        def run(conn: sqlite3.Connection) -> set[int]:
+            accepted = set()
+            for o in outcomes:
+                row = conn.execute(
+                    sql,
+                    (
+                        o.state.value,
+                        o.result_json,
+                        o.error,
+                        o.delay,
+                        worker_id,
+                        o.reason,
+                        o.job_id,
+                        o.lease_token,
+                    ),
+                ).fetchone()
+                if row is not None:
+                    accepted.add(row[0])
+            return accepted
+
+        accepted = await self._write_async(run)
+        self.hints.publish(h.CHANGED, [str(i) for i in accepted])
+        if any(o.state.value in ("queued", "retrying") for o in outcomes):
+            self.hints.publish(h.ENQUEUED, [h.ANY])
+        return accepted
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    async def try_lead(self) -> bool:
+        # Every statement is atomic on one file, so any worker may do maintenance.
+        return True
+
+    async def mark_dead_workers(
+        self, host: str, pid_alive: PidAlive, session_grace: float
+    ) -> list[str]:
+        def run(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT id, pid, pid_start FROM tether_workers "
+                "WHERE host = ? AND state IN ('active', 'draining')",
+                (host,),
+            ).fetchall()
+            dead = [r["id"] for r in rows if not pid_alive(r["pid"], r["pid_start"])]
+            for worker_id in dead:
+                conn.execute(
+                    "UPDATE tether_workers SET state = 'dead' WHERE id = ?", (worker_id,)
+                )
+            return dead
+
+        return await self._write_async(run)
+
+    async def rescue(self) -> list[Job]:
+        def run(conn: sqlite3.Connection) -> list[Job]:
+            rows = conn.execute(
+                f"UPDATE tether_jobs SET state = {RESCUE_STATE}, "
+                f"lease_token = lease_token + 1, lease_expires_at = NULL, run_at = {NOW}, "
+                f"finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN {NOW} "
+                "ELSE NULL END, "
+                "error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt ' "
+                "|| attempt || '/' || max_attempts || ')', actor = 'rescuer', "
+                "reason = CASE WHEN cancel_requested_at IS NOT NULL "
+                "THEN 'rescued with a pending cancel' "
+                "WHEN worker_id IN (SELECT id FROM tether_workers WHERE state = 'dead') "
+                "THEN 'worker dead' ELSE 'lease expired' END "
+                f"WHERE state = 'running' AND (lease_expires_at < {NOW} OR worker_id IN "
+                "(SELECT id FROM tether_workers WHERE state = 'dead')) "
+                f"RETURNING {JOB_COLUMNS}"
+            ).fetchall()
+            return [self._rows.job(r) for r in rows]
+
+        rescued = await self._write_async(run)
+        if rescued:
+            self.hints.publish(h.CHANGED, [str(j.id) for j in rescued])
+            self.hints.publish(h.ENQUEUED, [h.ANY])
+        return rescued
+
+    async def listen(self) -> None:
+        """Nothing to do: SQLite has no notifications; waits poll."""
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--") and not buf.strip():
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements

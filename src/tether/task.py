@@ -1,0 +1,111 @@
+"""A registered task: a named handler plus its defaults, and shortcuts to enqueue it."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from tether.config import RetryPolicy
+from tether.errors import ConfigError
+from tether.job import JSON, Job
+
+if TYPE_CHECKING:
+    from tether.app import App
+
+Executor = Literal["async", "thread"]
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-job options; ``None`` takes the task's default."""
+
+    queue: str | None = None
+    priority: int | None = None
+    key: str | None = None
+    delay: float = 0.0
+    max_attempts: int | None = None
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    owner: str | None = None
+
+
+class Task:
+    """A handler registered with ``@app.task``. Call it directly to run it inline."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        timeout: float | None,
+        retry: RetryPolicy,
+        executor: Executor,
+        priority: int = 0,
+    ) -> None:
+        if max_attempts < 1:
+            raise ConfigError(f"task {name}: max_attempts must be at least 1")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"task {name}: timeout must be positive")
+        if executor == "async" and not inspect.iscoroutinefunction(fn):
+            raise ConfigError(f"task {name}: executor='async' needs an async def handler")
+        if executor == "thread" and inspect.iscoroutinefunction(fn):
+            raise ConfigError(f"task {name}: executor='thread' needs a plain def handler")
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self.retry = retry
+        self.executor = executor
+        self.priority = priority
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tether.Task {self.name} executor={self.executor}>"
+
+    def options(self, **options: Any) -> BoundTask:
+        """Enqueue with per-job options: ``crawl.options(key="x", priority=5).enqueue(...)``."""
+        return BoundTask(self, EnqueueOptions(**options))
+
+    async def enqueue(self, **args: JSON) -> Job:
+        """Enqueue one job of this task with ``args`` as its JSON arguments."""
+        return await BoundTask(self, EnqueueOptions()).enqueue(**args)
+
+    def enqueue_sync(self, **args: JSON) -> Job:
+        """Blocking :meth:`enqueue`, for sync callers such as Django or Flask views."""
+        return BoundTask(self, EnqueueOptions()).enqueue_sync(**args)
+
+
+@dataclass(frozen=True)
+class BoundTask:
+    """A task with enqueue options attached."""
+
+    task: Task
+    opts: EnqueueOptions
+
+    def options(self, **options: Any) -> BoundTask:
+        """Add or change options."""
+        return BoundTask(self.task, replace(self.opts, **options))
+
+    async def enqueue(self, **args: JSON) -> Job:
+        """Enqueue one job."""
+        return await self.task.app.enqueue(self.task.name, args, self.opts)
+
+    def enqueue_sync(self, **args: JSON) -> Job:
+        """Blocking :meth:`enqueue`."""
+        return self.task.app.enqueue_sync(self.task.name, args, self.opts)
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` should run on the event loop rather than in a thread."""
+    return inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)

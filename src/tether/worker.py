@@ -1,0 +1,518 @@
+"""The worker: claims jobs, runs them, keeps their leases, and stops them when asked.
+
+One worker is one asyncio loop with a few small services:
+
+- the claimer leases up to ``claim_batch`` jobs per round trip while slots are free;
+- the heartbeater makes one write per interval for all leases, flushes progress, and
+  learns of cancel requests and lost leases; it also fences the worker itself when
+  the database has been unreachable for too long;
+- the completer records outcomes in batches, fenced by lease token;
+- the rescuer (maintenance) recovers other workers' zombie jobs.
+
+No task per job is spent on heartbeats; each job has only its handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether import hints as h
+from tether.config import WorkerConfig
+from tether.context import JobContext
+from tether.errors import ConfigError, Fail, Retry
+from tether.executors import start_handler
+from tether.job import Beat, Job, Outcome
+from tether.maintenance import Rescuer
+from tether.procinfo import hostname, start_time
+from tether.service import Service
+from tether.states import JobState
+from tether.store import Store
+from tether.task import Task
+
+if TYPE_CHECKING:
+    from tether.app import App
+
+log = logging.getLogger("tether.worker")
+ERROR_LIMIT = 4000  # characters of traceback kept on the job
+
+
+@dataclass(eq=False)
+class Run:
+    """One attempt in progress on this worker."""
+
+    job: Job
+    task: Task
+    ctx: JobContext
+    handler: asyncio.Future[Any] | None = None
+    settled: asyncio.Future[tuple[str, Any]] = field(default_factory=asyncio.Future)
+    interrupt: str | None = None
+    stopped_by_us: bool = False
+    timed_out: bool = False
+    finishing: bool = False
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+
+
+class Completer(Service):
+    """Records outcomes; whatever piles up during one write goes in the next."""
+
+    name = "completer"
+
+    def __init__(self, store: Store, worker_id: str) -> None:
+        super().__init__(1.0, max_consecutive_errors=1, max_backoff=5.0, logger=log)
+        self.store = store
+        self.worker_id = worker_id
+        self.pending: list[tuple[Outcome, asyncio.Future[bool]]] = []
+
+    def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
+        """Queue an outcome; the future says whether the store accepted it."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.pending.append((outcome, fut))
+        self.wake()
+        return fut
+
+    async def run_once(self) -> int:
+        """Write what is pending; returns how many outcomes were written."""
+        batch, self.pending = self.pending, []
+        if not batch:
+            return 0
+        try:
+            accepted = await self.store.finish(self.worker_id, [o for o, _ in batch])
+        except BaseException:
+            self.pending[:0] = batch
+            raise
+        for outcome, fut in batch:
+            if not fut.done():
+                fut.set_result(outcome.job_id in accepted)
+        return len(batch)
+
+
+class Heartbeater(Service):
+    """One write per interval for every lease this worker holds."""
+
+    name = "heartbeat"
+
+    def __init__(self, worker: Worker) -> None:
+        cfg = worker.config
+        super().__init__(cfg.heartbeat_interval, max_consecutive_errors=10**9, logger=log)
+        self.worker = worker
+        self.last_ok = asyncio.get_running_loop().time()
+        self.fenced = False
+
+    async def run_once(self) -> int:
+        """Extend every lease; act on lost leases and control requests."""
+        w = self.worker
+        loop = asyncio.get_running_loop()
+        runs = [r for r in w.running.values() if r.interrupt != "lease_lost"]
+        beats = [Beat(r.job.id, r.job.lease_token, *r.ctx.progress) for r in runs]
+        sent = loop.time()
+        try:
+            # A blackholed connection must not stall us past the point of self-fencing.
+            res = await asyncio.wait_for(
+                w.store.heartbeat(w.id, beats, w.config.lease_duration),
+                timeout=max(1.0, w.config.heartbeat_interval),
+            )
+        except Exception:
+            self._maybe_fence()
+            raise
+        self.last_ok = sent
+        self.fenced = False
+        for run in runs:
+            if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
+                log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
+                w.interrupt(run, "lease_lost")
+        for req in res.requests:
+            run = w.running.get(req.job_id)
+            if run is not None and req.cancel:
+                w.interrupt(run, "cancel", force=req.force)
+        return len(beats)
+
+    def _maybe_fence(self) -> None:
+        cfg = self.worker.config
+        silent = asyncio.get_running_loop().time() - self.last_ok
+        if silent < cfg.lease_duration - cfg.self_fence_margin:
+            return
+        if not self.fenced:
+            log.error(
+                "no heartbeat for %.1fs: stopping all %d jobs before their leases expire",
+                silent,
+                len(self.worker.running),
+            )
+        self.fenced = True
+        for run in list(self.worker.running.values()):
+            if not run.finishing:
+                self.worker.interrupt(run, "lease_lost")
+
+
+class Claimer(Service):
+    """Leases jobs while slots are free."""
+
+    name = "claimer"
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(worker.config.poll_interval, max_backoff=30.0, logger=log)
+        self.worker = worker
+
+    async def run_once(self) -> int:
+        """Claim and start up to the free slots (at most ``claim_batch``)."""
+        w = self.worker
+        free = w.config.concurrency - len(w.running)
+        if w.stopping or free <= 0:
+            return 0
+        limit = min(free, w.config.claim_batch)
+        jobs = await w.store.claim(
+            w.id, w.config.queues, w.task_names, limit, w.config.lease_duration
+        )
+        for job in jobs:
+            w.launch(job)
+        if len(jobs) == limit and len(w.running) < w.config.concurrency:
+            self.wake()  # there may be more waiting
+        return len(jobs)
+
+
+class Worker:
+    """Runs the jobs of one :class:`~tether.App`; see the module docstring."""
+
+    def __init__(self, app: App, config: WorkerConfig) -> None:
+        if not app.tasks:
+            raise ConfigError("the app has no tasks registered; a worker would claim nothing")
+        self.app = app
+        self.config = config
+        self.host = hostname()
+        self.pid = os.getpid()
+        self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
+        self.task_names = sorted(app.tasks)
+        self.running: dict[int, Run] = {}
+        self.stopping = False
+        self._store: Store | None = None
+        self._threads = ThreadPoolExecutor(
+            max_workers=config.concurrency + 4, thread_name_prefix="tether-job"
+        )
+        self._services: list[Service] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._done = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
+        self._hard = asyncio.Event()
+        self._execs: set[asyncio.Task[None]] = set()
+        self.claimer: Claimer
+        self.heartbeater: Heartbeater
+        self.completer: Completer
+        self.rescuer: Rescuer
+
+    @property
+    def store(self) -> Store:
+        """The store this worker uses (after :meth:`start`)."""
+        assert self._store is not None, "worker not started"
+        return self._store
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, *, services: bool = True) -> None:
+        """Register, then start the background services (``services=False`` leaves them
+        to the caller's ``run_once()`` calls, as tests do)."""
+        self._store = await self.app.store()
+        listen = getattr(self._store, "listen", None)
+        if listen is not None:
+            await listen()
+        await self._store.register_worker(
+            self.id,
+            self.config.name,
+            self.host,
+            self.pid,
+            start_time(self.pid),
+            self.config.queues,
+            self.config.concurrency,
+        )
+        self.claimer = Claimer(self)
+        self.heartbeater = Heartbeater(self)
+        self.completer = Completer(self._store, self.id)
+        self.rescuer = Rescuer(
+            self._store,
+            interval=self.config.rescue_interval,
+            session_grace=self.config.dead_session_grace,
+        )
+        self._services = [self.completer, self.heartbeater, self.rescuer, self.claimer]
+        log.info(
+            "worker %s started: queues=%s concurrency=%d tasks=%s",
+            self.id,
+            ",".join(self.config.queues),
+            self.config.concurrency,
+            ",".join(self.task_names),
+        )
+        if services:
+            # The completer runs even when the other services are driven by hand: a
+            # finishing job waits on it.
+            for svc in self._services:
+                self._tasks.append(asyncio.create_task(svc.run(), name=f"tether-{svc.name}"))
+            self._tasks.append(asyncio.create_task(self._forward_hints(), name="tether-hints"))
+        else:
+            self._tasks.append(asyncio.create_task(self.completer.run(), name="tether-completer"))
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Start and run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
+        await self.start()
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+        await self._done.wait()
+
+    def request_stop(self) -> None:
+        """First call: graceful stop. Second call: stop at once."""
+        if self._stop_task is None:
+            log.info("stopping: no new claims; running jobs get %.0fs", self.config.stop_timeout)
+            self._stop_task = asyncio.ensure_future(self.stop())
+        else:
+            log.warning("second stop signal: releasing running jobs now")
+            self._hard.set()
+
+    async def stop(self) -> None:
+        """Stop claiming, give running jobs ``stop_timeout``, release the rest, exit.
+
+        Released jobs go back to ``queued`` with their checkpoint and without spending
+        an attempt.
+        """
+        if self.stopping:
+            await self._done.wait()
+            return
+        self.stopping = True
+        self.claimer.stop()
+        with contextlib.suppress(Exception):
+            await self.store.set_worker_state(self.id, "draining")
+        await self._wait_jobs(self.config.stop_timeout)
+        for run in list(self.running.values()):
+            if not run.finishing:
+                self.interrupt(run, "shutdown", force=True)
+        # Bounded: abandonment settles every handler within cancel_grace.
+        await self._wait_jobs(self.config.cancel_grace + 5.0, hard_stops=False)
+        await self._drain_completer()
+        for svc in self._services:
+            svc.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.store.set_worker_state(self.id, "stopped")
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        log.info("worker %s stopped", self.id)
+        self._done.set()
+
+    async def _drain_completer(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
+        while self.completer.pending and loop.time() < deadline:
+            try:
+                await self.completer.run_once()
+            except Exception as exc:
+                log.warning("could not record %d outcomes yet: %s", len(self.completer.pending), exc)
+                await asyncio.sleep(0.5)
+
+    async def _wait_jobs(self, timeout: float, *, hard_stops: bool = True) -> None:
+        """Wait until no job task runs, ``timeout`` passes, or (optionally) a hard stop."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._execs and not (hard_stops and self._hard.is_set()):
+                    hard = asyncio.ensure_future(self._hard.wait())
+                    await asyncio.wait([*self._execs, hard], return_when="FIRST_COMPLETED")
+                    hard.cancel()
+
+    async def _forward_hints(self) -> None:
+        """Turn notifications into early wake-ups of the claimer and heartbeater."""
+        hints = self.store.hints
+
+        async def enqueued() -> None:
+            with hints.subscribe(h.ENQUEUED, self.config.queues) as sub:
+                while True:
+                    await sub.get(None)
+                    self.claimer.wake()
+
+        async def control() -> None:
+            with hints.subscribe(h.CONTROL) as sub:
+                while True:
+                    keys = await sub.get(None)
+                    if h.ANY in keys or any(k.isdigit() and int(k) in self.running for k in keys):
+                        self.heartbeater.wake()
+
+        await asyncio.gather(enqueued(), control())
+
+    # -- running jobs --------------------------------------------------------------------
+
+    def launch(self, job: Job) -> None:
+        """Run a claimed job."""
+        task = self.app.tasks[job.task]
+        ctx = JobContext(
+            job,
+            save=lambda data: self.store.save_checkpoint(job.id, job.lease_token, data),
+            on_lease_lost=lambda: self._lease_lost(job.id),
+            max_payload_bytes=self.app.config.max_payload_bytes,
+        )
+        run = Run(job, task, ctx)
+        self.running[job.id] = run
+        exec_task = asyncio.create_task(self._execute(run), name=f"tether-job-{job.id}")
+        self._execs.add(exec_task)
+        exec_task.add_done_callback(self._execs.discard)
+
+    def _lease_lost(self, job_id: int) -> None:
+        run = self.running.get(job_id)
+        if run is not None:
+            self.interrupt(run, "lease_lost")
+
+    async def _execute(self, run: Run) -> None:
+        job = run.job
+        loop = asyncio.get_running_loop()
+        try:
+            log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
+            run.handler = start_handler(run.task, run.ctx, self._threads)
+            run.handler.add_done_callback(lambda f: self._settle(run, f))
+            if job.timeout:
+                run.timers.append(loop.call_later(job.timeout, self._time_out, run))
+            kind, value = await run.settled
+            outcome = self._outcome(run, kind, value)
+            if outcome is None:
+                return
+            run.finishing = True
+            accepted = await self.completer.submit(outcome)
+            if accepted:
+                log.log(
+                    logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
+                    "job %s (%s): %s%s",
+                    job.id,
+                    job.task,
+                    outcome.state,
+                    f" ({outcome.reason})" if outcome.reason else "",
+                )
+            else:
+                log.warning("job %s: lease lost before its outcome was recorded", job.id)
+        except Exception:
+            log.exception("job %s: internal error in the worker", job.id)
+        finally:
+            for timer in run.timers:
+                timer.cancel()
+            self.running.pop(job.id, None)
+            if not self.stopping:
+                self.claimer.wake()
+
+    def _settle(self, run: Run, fut: asyncio.Future[Any]) -> None:
+        if run.settled.done():
+            return
+        if fut.cancelled():
+            run.settled.set_result(("cancelled", None))
+        elif fut.exception() is not None:
+            run.settled.set_result(("error", fut.exception()))
+        else:
+            run.settled.set_result(("result", fut.result()))
+
+    def _time_out(self, run: Run) -> None:
+        run.timed_out = True
+        self._stop_handler(run)
+
+    def interrupt(self, run: Run, reason: str, *, force: bool = False) -> None:
+        """Ask a running job to stop: ``cancel``, ``shutdown`` or ``lease_lost``.
+
+        The handler sees ``ctx.cancelled`` at once. Its future is cancelled at once for a
+        lost lease or ``force``, otherwise after ``cancel_grace`` (async handlers) or
+        ``cancel_timeout`` (thread handlers, which only stop cooperatively).
+        """
+        if run.interrupt is None or reason == "lease_lost":
+            run.interrupt = reason
+        run.ctx.cancelled.set(reason)
+        if run.handler is None or run.handler.done():
+            return
+        loop = asyncio.get_running_loop()
+        if reason == "lease_lost" or force:
+            self._stop_handler(run)
+        elif run.task.executor == "async":
+            run.timers.append(loop.call_later(self.config.cancel_grace, self._stop_handler, run))
+        else:
+            run.timers.append(loop.call_later(self.config.cancel_timeout, self._stop_handler, run))
+
+    def _stop_handler(self, run: Run) -> None:
+        if run.handler is None or run.handler.done() or run.settled.done():
+            return
+        run.stopped_by_us = True
+        run.handler.cancel()
+        # An async handler that swallows CancelledError is abandoned after a grace.
+        loop = asyncio.get_running_loop()
+        run.timers.append(
+            loop.call_later(self.config.cancel_grace, self._abandon, run)
+        )
+
+    def _abandon(self, run: Run) -> None:
+        if not run.settled.done():
+            log.warning("job %s ignored cancellation; abandoning it", run.job.id)
+            run.settled.set_result(("cancelled", None))
+
+    def _outcome(self, run: Run, kind: str, value: Any) -> Outcome | None:
+        job = run.job
+        if run.interrupt == "lease_lost":
+            return None
+        if kind == "result" and not run.stopped_by_us:
+            try:
+                encoded = json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                return self._failure(run, Fail(f"result is not JSON: {exc}"))
+            if len(encoded.encode()) > self.app.config.max_payload_bytes:
+                return self._failure(run, Fail("result exceeds the payload size limit"))
+            return Outcome(job.id, job.lease_token, JobState.SUCCEEDED, result_json=encoded)
+        if run.interrupt == "cancel":
+            return Outcome(
+                job.id, job.lease_token, JobState.CANCELLED, error="cancelled while running"
+            )
+        if run.interrupt == "shutdown":
+            return Outcome(
+                job.id, job.lease_token, JobState.QUEUED, reason="released at worker shutdown"
+            )
+        if run.timed_out:
+            return self._failure(run, TimeoutError(f"timed out after {job.timeout}s"))
+        if kind == "error":
+            return self._failure(run, value)
+        return self._failure(run, RuntimeError("handler was cancelled"))
+
+    def _failure(self, run: Run, exc: BaseException) -> Outcome:
+        job, task = run.job, run.task
+        error = _describe(exc)
+        if isinstance(exc, Fail):
+            return Outcome(job.id, job.lease_token, JobState.FAILED, error=error, reason="failed")
+        retries = job.max_attempts - 1
+        if job.attempt >= job.max_attempts:
+            reason = f"max retries exceeded ({retries}): {_first_line(error)}"
+            return Outcome(job.id, job.lease_token, JobState.FAILED, error=error, reason=reason)
+        delay = exc.delay if isinstance(exc, Retry) and exc.delay is not None else None
+        if delay is None:
+            delay = task.retry.delay(job.attempt)
+        reason = f"retry {job.attempt}/{retries} in {delay:.1f}s: {_first_line(error)}"
+        return Outcome(
+            job.id, job.lease_token, JobState.RETRYING, error=error, delay=delay, reason=reason
+        )
+
+    # -- for tests and tools -------------------------------------------------------------
+
+    def beats(self) -> list[Beat]:
+        """The leases the next heartbeat would extend."""
+        return [Beat(r.job.id, r.job.lease_token, *r.ctx.progress) for r in self.running.values()]
+
+    async def wait_idle(self, timeout: float = 30.0) -> None:
+        """Wait until no job runs on this worker (for tests and the demo)."""
+        async with asyncio.timeout(timeout):
+            while self.running:
+                await asyncio.wait(list(self._execs))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[-1] if text.strip() else text
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, Retry | Fail | TimeoutError):
+        return f"{type(exc).__name__}: {exc}"
+    text = "".join(traceback.format_exception(exc))
+    return text[-ERROR_LIMIT:]
