@@ -111,8 +111,9 @@ async def _run_bounded(
     finally:
         if not task.done():
             task.cancel()
-            # Wait for the cancellation to land so no task outlives this call.
-            await asyncio.wait({task})
+            # Wait for the cancellation to land so no task outlives this call, but bounded:
+            # a peer that swallows cancellation must not turn a timeout into a hang.
+            await asyncio.wait({task}, timeout=_STOP_GRACE)
         if task.done() and not task.cancelled():
             # Retrieve any exception so it is not reported as never retrieved.
             task.exception()
@@ -130,7 +131,7 @@ async def _pgq_driver(dsn: str, driver: PgqDriverName) -> AsyncIterator[Driver]:
     """
     if driver == "asyncpg":
         try:
-            import asyncpg
+            import asyncpg  # type: ignore[import-untyped]
         except ImportError as exc:
             raise RuntimeError(
                 "PgQueuer's benchmark runs on asyncpg, which is not installed: install "
@@ -431,9 +432,10 @@ def drain_huey(
     consumer is stopped and its threads joined. Raises ``PeerTimeoutError`` after
     ``time_limit`` seconds and ``PeerCheckError`` if any task failed or tasks remain queued.
     """
-    from huey import SqliteHuey
-    from huey.consumer import Consumer
-    from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR
+    # huey ships no type information.
+    from huey import SqliteHuey  # type: ignore[import-untyped]
+    from huey.consumer import Consumer  # type: ignore[import-untyped]
+    from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR  # type: ignore[import-untyped]
 
     _check_count("n", n)
     _check_count("workers", workers)
@@ -458,11 +460,11 @@ def drain_huey(
     failed = 0
     all_done = threading.Event()
 
-    @huey.task(name=_NOOP)
+    @huey.task(name=_NOOP)  # type: ignore[untyped-decorator]
     def noop() -> None:
         return None
 
-    @huey.signal(SIGNAL_COMPLETE, SIGNAL_ERROR)
+    @huey.signal(SIGNAL_COMPLETE, SIGNAL_ERROR)  # type: ignore[untyped-decorator]
     def on_finished(signal: str, task: object, *args: object) -> None:
         # Receivers run on the worker threads, hence the lock.
         nonlocal completed, failed

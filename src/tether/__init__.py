@@ -54,5 +54,6 @@ __all__ = [
     "WaitTimeoutError",
     "Worker",
     "WorkerConfig",
+    "WorkerInfo",
 ]
 __version__ = "0.1.0"

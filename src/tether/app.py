@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import weakref
@@ -95,7 +96,7 @@ class App:
         priority: int = 0,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
-    def task(
+    def task(  # type: ignore[misc]  # mypy misreads the positional-only fn
         self,
         fn: Callable[..., Any] | None = None,
         /,
@@ -168,7 +169,9 @@ class App:
 
     # -- enqueue -------------------------------------------------------------------------
 
-    def _new_job(self, task_name: str, args: dict[str, JSON] | None, opts: EnqueueOptions) -> NewJob:
+    def _new_job(
+        self, task_name: str, args: dict[str, JSON] | None, opts: EnqueueOptions
+    ) -> NewJob:
         task = self.tasks.get(task_name)
         if task is None:
             known = ", ".join(sorted(self.tasks)) or "none"
@@ -231,9 +234,7 @@ class App:
     ) -> list[Job]:
         """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
         opts = EnqueueOptions(**options)
-        new = [
-            self._new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs
-        ]
+        new = [self._new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
         return await (await self.store()).enqueue(new)
 
     def enqueue_sync(
@@ -282,7 +283,7 @@ class App:
         flt = JobFilter(states, queue, task, key, owner, worker_id, limit, offset)
         return await (await self.store()).list_jobs(flt)
 
-    async def events(self, job_id: int) -> list[JobEvent]:
+    async def events(self, job_id: int) -> builtins.list[JobEvent]:
         """The job's transitions, oldest first."""
         await self.get(job_id)
         return await (await self.store()).events(job_id)
@@ -292,7 +293,7 @@ class App:
         counts = await (await self.store()).count_by_state()
         return {s.value: counts.get(s.value, 0) for s in JobState}
 
-    async def workers(self) -> list[WorkerInfo]:
+    async def workers(self) -> builtins.list[WorkerInfo]:
         """Known workers, newest first."""
         return await (await self.store()).list_workers()
 

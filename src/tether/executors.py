@@ -16,13 +16,12 @@ from tether.context import JobContext, SyncJobContext
 from tether.task import Task
 
 
-def start_handler(
-    task: Task, ctx: JobContext, threads: ThreadPoolExecutor
-) -> asyncio.Future[Any]:
+def start_handler(task: Task, ctx: JobContext, threads: ThreadPoolExecutor) -> asyncio.Future[Any]:
     """Start ``task``'s handler for ``ctx.job`` and return its future."""
     args = ctx.job.args
     if task.executor == "async":
-        return asyncio.ensure_future(task.fn(ctx, **args))
+        fut: asyncio.Future[Any] = asyncio.ensure_future(task.fn(ctx, **args))
+        return fut
     loop = asyncio.get_running_loop()
     sync_ctx = SyncJobContext(ctx, loop)
     call = contextvars.copy_context().run

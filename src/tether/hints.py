@@ -9,6 +9,7 @@ publishes here what it learns from LISTEN/NOTIFY (PostgreSQL) or from its own wr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterable
 
@@ -46,10 +47,8 @@ class Subscription:
     async def get(self, timeout: float | None) -> set[str]:
         """Wait up to ``timeout`` seconds; return the keys published meanwhile (maybe none)."""
         if not self._pending:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._event.wait(), timeout)
-            except TimeoutError:
-                pass
         with self._lock:
             keys, self._pending = self._pending, set()
             self._event.clear()

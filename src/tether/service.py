@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -69,10 +70,8 @@ class Service:
                 self._failed(exc)
             else:
                 self._recovered()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.delay())
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     def _failed(self, exc: Exception) -> None:

@@ -131,9 +131,9 @@ class Heartbeater(Service):
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
                 w.interrupt(run, "lease_lost")
         for req in res.requests:
-            run = w.running.get(req.job_id)
-            if run is not None and req.cancel:
-                w.interrupt(run, "cancel", force=req.force)
+            held = w.running.get(req.job_id)
+            if held is not None and req.cancel:
+                w.interrupt(held, "cancel", force=req.force)
         return len(beats)
 
     def _maybe_fence(self) -> None:
@@ -313,7 +313,9 @@ class Worker:
             try:
                 await self.completer.run_once()
             except Exception as exc:
-                log.warning("could not record %d outcomes yet: %s", len(self.completer.pending), exc)
+                log.warning(
+                    "could not record %d outcomes yet: %s", len(self.completer.pending), exc
+                )
                 await asyncio.sleep(0.5)
 
     async def _wait_jobs(self, timeout: float, *, hard_stops: bool = True) -> None:
@@ -442,9 +444,7 @@ class Worker:
         run.handler.cancel()
         # An async handler that swallows CancelledError is abandoned after a grace.
         loop = asyncio.get_running_loop()
-        run.timers.append(
-            loop.call_later(self.config.cancel_grace, self._abandon, run)
-        )
+        run.timers.append(loop.call_later(self.config.cancel_grace, self._abandon, run))
 
     def _abandon(self, run: Run) -> None:
         if not run.settled.done():

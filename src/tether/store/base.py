@@ -142,7 +142,9 @@ class Store(Protocol):
     async def try_lead(self) -> bool:
         """Whether this store's process holds (or just took) maintenance leadership."""
 
-    async def mark_dead_workers(self, host: str, pid_alive: PidAlive, session_grace: float) -> list[str]:
+    async def mark_dead_workers(
+        self, host: str, pid_alive: PidAlive, session_grace: float
+    ) -> list[str]:
         """Mark workers dead whose process is gone on ``host``, or whose session is gone."""
 
     async def rescue(self) -> list[Job]:

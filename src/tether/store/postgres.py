@@ -37,6 +37,7 @@ from tether.store.base import PidAlive, load_migrations
 from tether.store.rows import JOB_COLUMNS, RESCUE_STATE, RowReader, effective_state
 
 log = logging.getLogger("tether.store")
+Conn = psycopg.AsyncConnection[dict[str, Any]]
 
 CHANNELS = {"tether_enqueued": h.ENQUEUED, "tether_control": h.CONTROL, "tether_changed": h.CHANGED}
 LEADER_LOCK = 0x7E7E_0001
@@ -165,11 +166,12 @@ class PostgresStore:
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.url = url
         self.hints = Hints()
-        self._pool = AsyncConnectionPool(
+        self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
             open=False,
+            connection_class=psycopg.AsyncConnection[dict[str, Any]],
             kwargs={"autocommit": True, "row_factory": dict_row},
             name="tether",
         )
@@ -212,7 +214,9 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"postgresql: {exc}") from exc
 
-    async def _notify(self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]) -> None:
+    async def _notify(
+        self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]
+    ) -> None:
         for payload in _chunks(ids):
             await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
@@ -242,7 +246,7 @@ class PostgresStore:
             for mig in load_migrations("postgres"):
                 if mig.version in done:
                     continue
-                await conn.execute(sql.SQL(mig.sql))  # type: ignore[arg-type]
+                await conn.execute(sql.SQL(mig.sql))  # type: ignore[arg-type,unused-ignore]
                 await conn.execute(
                     "INSERT INTO tether_migrations (version, name) VALUES (%s, %s)",
                     (mig.version, mig.name),
@@ -297,7 +301,9 @@ class PostgresStore:
                 )
                 existing = {r["idempotency_key"]: self._rows.job(r) for r in await cur.fetchall()}
             await self._notify(conn, "tether_enqueued", sorted({j.queue for j in new}))
-        out, it, seen = [], iter(new), {}
+        out: list[Job] = []
+        seen: dict[str, Job] = {}
+        it = iter(new)
         for j in jobs:
             k = j.idempotency_key
             if k is not None and k in seen:
@@ -510,7 +516,9 @@ class PostgresStore:
                 "WHERE host = %s AND state IN ('active', 'draining')",
                 (host,),
             )
-            dead = [r["id"] for r in await cur.fetchall() if not pid_alive(r["pid"], r["pid_start"])]
+            dead = [
+                r["id"] for r in await cur.fetchall() if not pid_alive(r["pid"], r["pid_start"])
+            ]
             if dead:
                 await conn.execute(
                     "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%s)", (dead,)
@@ -580,6 +588,6 @@ class PostgresStore:
                 # A cheap round trip that also notices a dead connection.
                 await conn.execute("SELECT 1")
             async for note in conn.notifies(timeout=1.0):
-                channel = CHANNELS.get(note.channel)
-                if channel is not None:
-                    self.hints.publish(channel, note.payload.split(","))
+                target = CHANNELS.get(note.channel)
+                if target is not None:
+                    self.hints.publish(target, note.payload.split(","))

@@ -212,7 +212,8 @@ class SqliteStore:
         return (await self._call(lambda: self._jobs_by_ids(self._db(), [job_id]))).get(job_id)
 
     async def list_jobs(self, flt: JobFilter) -> list[Job]:
-        where, params = ["1=1"], []
+        where: list[str] = ["1=1"]
+        params: list[str] = []
         if flt.states is not None:
             where.append(f"state IN ({_marks(len(flt.states))})")
             params.extend(s.value for s in flt.states)
@@ -401,7 +402,8 @@ class SqliteStore:
         state = effective_state("?1")
         sql = (
             f"UPDATE tether_jobs SET state = {state}, "
-            "result = ?2, error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
+            "result = ?2, "
+            "error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
             "attempt = CASE WHEN ?1 = 'queued' THEN attempt - 1 ELSE attempt END, "
             f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 ELSE run_at END, "
             f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
@@ -454,9 +456,7 @@ class SqliteStore:
             ).fetchall()
             dead = [r["id"] for r in rows if not pid_alive(r["pid"], r["pid_start"])]
             for worker_id in dead:
-                conn.execute(
-                    "UPDATE tether_workers SET state = 'dead' WHERE id = ?", (worker_id,)
-                )
+                conn.execute("UPDATE tether_workers SET state = 'dead' WHERE id = ?", (worker_id,))
             return dead
 
         return await self._write_async(run)

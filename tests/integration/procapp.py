@@ -1,0 +1,60 @@
+"""A worker process for crash and multi-process tests.
+
+Run as ``python -m tests.integration.procapp`` with ``TETHER_DATABASE_URL`` and
+``TETHER_EXEC_LOG`` (a directory) set. Every attempt appends one line to its process's
+execution log before doing anything: ``job attempt lease_token pid``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+import tether
+from tether import App, Worker
+from tests.helpers import fast_config
+
+
+def build_app(url: str) -> App:
+    """The app every process of a test shares."""
+    app = App(url)
+    log_dir = os.environ.get("TETHER_EXEC_LOG", ".")
+
+    def record(ctx: tether.JobContext) -> None:
+        line = f"{ctx.id} {ctx.attempt} {ctx.job.lease_token} {os.getpid()}\n"
+        fd = os.open(
+            os.path.join(log_dir, f"exec-{os.getpid()}.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        )
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    @app.task(name="noop", max_attempts=3)
+    async def noop(ctx: tether.JobContext, n: int = 0) -> int:
+        record(ctx)
+        return n
+
+    @app.task(name="hang_once", max_attempts=3)
+    async def hang_once(ctx: tether.JobContext) -> int:
+        """Hangs on its first attempt (until killed); returns on the next."""
+        record(ctx)
+        if ctx.attempt == 1:
+            await asyncio.sleep(3600)
+        return ctx.attempt
+
+    return app
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    app = build_app(os.environ["TETHER_DATABASE_URL"])
+    concurrency = int(os.environ.get("TETHER_CONCURRENCY", "4"))
+    worker = Worker(app, fast_config(concurrency=concurrency, claim_batch=concurrency))
+    await worker.run(handle_signals=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
