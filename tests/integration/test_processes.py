@@ -62,7 +62,8 @@ class Procs:
 
 
 @pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[Procs]:
+def procs(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Procs]:
+    monkeypatch.setenv("TETHER_EXEC_LOG", str(tmp_path))  # for in-process workers too
     p = Procs(db_url, tmp_path)
     yield p
     p.kill_all()

@@ -43,6 +43,7 @@ CHANNELS = {"tether_enqueued": h.ENQUEUED, "tether_control": h.CONTROL, "tether_
 LEADER_LOCK = 0x7E7E_0001
 MIGRATE_LOCK = 0x7E7E_0002
 NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
+FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 
@@ -59,12 +60,17 @@ RETURNING {JOB_COLUMNS}
 
 Q_CLAIM: LiteralString = f"""
 WITH picked AS (
-    SELECT id FROM tether_jobs
-    WHERE state IN ('queued', 'retrying') AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s)
-      AND run_at <= now()
-    ORDER BY priority DESC, run_at, id
+    -- One ordered index scan per queue, then the best of them across queues.
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name), LATERAL (
+        SELECT id, priority, run_at FROM tether_jobs
+        WHERE queue = q.name AND state IN ('queued', 'retrying') AND run_at <= now()
+          AND task = ANY(%(tasks)s)
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE tether_jobs j SET state = 'running', attempt = j.attempt + 1, worker_id = %(worker)s,
     lease_token = j.lease_token + 1, lease_expires_at = now() + make_interval(secs => %(lease)s),
@@ -89,24 +95,33 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force
 """
 
 _EFF = effective_state("v.state")
+# One statement: the fenced update, then one NOTIFY for all the ids it changed.
 Q_FINISH: LiteralString = f"""
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
                          %(results)s::text[], %(errors)s::text[], %(delays)s::float8[],
                          %(reasons)s::text[]) AS v(id, token, state, result, error, delay, reason)
+), u AS (
+    UPDATE tether_jobs j SET state = {_EFF},
+        result = v.result::jsonb,
+        error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
+        attempt = CASE WHEN v.state = 'queued' THEN j.attempt - 1 ELSE j.attempt END,
+        run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
+                 ELSE j.run_at END,
+        finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
+        lease_expires_at = NULL, actor = %(worker)s,
+        reason = CASE WHEN {_EFF} = 'cancelled'
+                 THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested') ELSE v.reason END
+    FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+    RETURNING j.id, j.state
+), changed AS (
+    SELECT pg_notify('tether_changed', string_agg(id::text, ',')) FROM u HAVING count(*) > 0
+), requeued AS (
+    SELECT pg_notify('tether_enqueued', '*') FROM u
+    WHERE state IN ('queued', 'retrying') HAVING count(*) > 0
 )
-UPDATE tether_jobs j SET state = {_EFF},
-    result = v.result::jsonb,
-    error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
-    attempt = CASE WHEN v.state = 'queued' THEN j.attempt - 1 ELSE j.attempt END,
-    run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
-             ELSE j.run_at END,
-    finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
-    lease_expires_at = NULL, actor = %(worker)s,
-    reason = CASE WHEN {_EFF} = 'cancelled'
-             THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested') ELSE v.reason END
-FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
-RETURNING j.id, j.state
+SELECT u.id, u.state, (SELECT count(*) FROM changed) + (SELECT count(*) FROM requeued) AS n
+FROM u
 """
 
 Q_CANCEL: LiteralString = f"""
@@ -275,8 +290,9 @@ class PostgresStore:
                     j.priority,
                     j.key,
                     j.max_attempts,
-                    j.timeout,
-                    j.delay,
+                    # float8[] columns: psycopg refuses a list mixing int and float.
+                    None if j.timeout is None else float(j.timeout),
+                    float(j.delay),
                     j.owner,
                     j.idempotency_key,
                 ),
@@ -478,27 +494,24 @@ class PostgresStore:
             return cur.rowcount == 1
 
     async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        if not outcomes:
-            return set()
-        args = {
-            "ids": [o.job_id for o in outcomes],
-            "tokens": [o.lease_token for o in outcomes],
-            "states": [o.state.value for o in outcomes],
-            "results": [o.result_json for o in outcomes],
-            "errors": [o.error for o in outcomes],
-            "delays": [o.delay for o in outcomes],
-            "reasons": [o.reason for o in outcomes],
-            "worker": worker_id,
-        }
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(Q_FINISH, args)
-            rows = await cur.fetchall()
-            accepted = [str(r["id"]) for r in rows]
-            await self._notify(conn, "tether_changed", accepted)
-            requeued = any(r["state"] in ("queued", "retrying") for r in rows)
-            if requeued:
-                await self._notify(conn, "tether_enqueued", [h.ANY])
-        return {r["id"] for r in rows}
+        accepted: set[int] = set()
+        # Batches stay small enough for one NOTIFY payload of their ids.
+        for i in range(0, len(outcomes), FINISH_BATCH):
+            part = outcomes[i : i + FINISH_BATCH]
+            args = {
+                "ids": [o.job_id for o in part],
+                "tokens": [o.lease_token for o in part],
+                "states": [o.state.value for o in part],
+                "results": [o.result_json for o in part],
+                "errors": [o.error for o in part],
+                "delays": [float(o.delay) for o in part],
+                "reasons": [o.reason for o in part],
+                "worker": worker_id,
+            }
+            async with self._conn() as conn:
+                cur = await conn.execute(Q_FINISH, args)
+                accepted.update(r["id"] for r in await cur.fetchall())
+        return accepted
 
     # -- maintenance ---------------------------------------------------------------------
 

@@ -47,8 +47,9 @@ CREATE TABLE tether_jobs (
 
 CREATE INDEX tether_jobs_claimable ON tether_jobs (queue, priority DESC, run_at, id)
     WHERE state IN ('queued', 'retrying');
-CREATE INDEX tether_jobs_leases ON tether_jobs (lease_expires_at) WHERE state = 'running';
-CREATE INDEX tether_jobs_worker ON tether_jobs (worker_id) WHERE state = 'running';
+-- The running set is small (at most the workers' total concurrency): one partial index
+-- serves the rescuer and the per-worker lookups.
+CREATE INDEX tether_jobs_running ON tether_jobs (worker_id) WHERE state = 'running';
 CREATE INDEX tether_jobs_state ON tether_jobs (state, id);
 
 CREATE TABLE tether_job_events (
@@ -78,28 +79,47 @@ CREATE TABLE tether_workers (
 );
 
 -- Every transition is checked against tether_transitions and written to the events.
-CREATE FUNCTION tether_job_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Statement-level triggers with transition tables: one check and one INSERT per
+-- statement, however many jobs a batch claims or completes.
+CREATE FUNCTION tether_jobs_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.state NOT IN ('queued', 'blocked', 'paused') THEN
-            RAISE EXCEPTION 'tether: a job cannot start in state %', NEW.state
-                USING ERRCODE = 'check_violation';
-        END IF;
-        INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
-        VALUES (NEW.id, NULL, NEW.state, NEW.worker_id, NEW.actor, NEW.reason);
-    ELSIF NEW.state IS DISTINCT FROM OLD.state THEN
-        IF NOT EXISTS (SELECT 1 FROM tether_transitions
-                       WHERE from_state = OLD.state AND to_state = NEW.state) THEN
-            RAISE EXCEPTION 'tether: illegal transition % -> % for job %',
-                OLD.state, NEW.state, OLD.id USING ERRCODE = 'check_violation';
-        END IF;
-        INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
-        VALUES (NEW.id, OLD.state, NEW.state, NEW.worker_id, NEW.actor, NEW.reason);
+    IF EXISTS (SELECT 1 FROM new_rows WHERE state NOT IN ('queued', 'blocked', 'paused')) THEN
+        RAISE EXCEPTION 'tether: a job must start queued, blocked or paused'
+            USING ERRCODE = 'check_violation';
     END IF;
+    INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
+    SELECT id, NULL, state, worker_id, actor, reason FROM new_rows ORDER BY id;
     RETURN NULL;
 END
 $$;
 
-CREATE TRIGGER tether_job_transition
-    AFTER INSERT OR UPDATE OF state ON tether_jobs
-    FOR EACH ROW EXECUTE FUNCTION tether_job_transition();
+CREATE FUNCTION tether_jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT o.id, o.state AS src, n.state AS dst INTO bad
+    FROM old_rows o JOIN new_rows n USING (id)
+    WHERE o.state <> n.state
+      AND NOT EXISTS (SELECT 1 FROM tether_transitions t
+                      WHERE t.from_state = o.state AND t.to_state = n.state)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'tether: illegal transition % -> % for job %', bad.src, bad.dst, bad.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
+    SELECT n.id, o.state, n.state, n.worker_id, n.actor, n.reason
+    FROM old_rows o JOIN new_rows n USING (id)
+    WHERE o.state <> n.state
+    ORDER BY n.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER tether_jobs_inserted AFTER INSERT ON tether_jobs
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION tether_jobs_inserted();
+
+CREATE TRIGGER tether_jobs_updated AFTER UPDATE ON tether_jobs
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION tether_jobs_updated();

@@ -45,8 +45,7 @@ CREATE TABLE tether_jobs (
 
 CREATE INDEX tether_jobs_claimable ON tether_jobs (queue, priority DESC, run_at, id)
     WHERE state IN ('queued', 'retrying');
-CREATE INDEX tether_jobs_leases ON tether_jobs (lease_expires_at) WHERE state = 'running';
-CREATE INDEX tether_jobs_worker ON tether_jobs (worker_id) WHERE state = 'running';
+CREATE INDEX tether_jobs_running ON tether_jobs (worker_id) WHERE state = 'running';
 CREATE INDEX tether_jobs_state ON tether_jobs (state, id);
 
 CREATE TABLE tether_job_events (
