@@ -13,8 +13,8 @@ import os
 import sys
 
 import tether
-from tether import App, Worker
 from tests.helpers import fast_config
+from tether import App, Worker
 
 
 def build_app(url: str) -> App:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tether import App, JobState, Worker
-from tether.job import Outcome
 from tests.helpers import eventually, fast_config
 from tests.integration.procapp import build_app
+from tether import App, JobState, Worker
+from tether.job import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,9 +81,7 @@ async def test_sigkilled_worker_job_completes_elsewhere_and_old_attempt_cannot_w
     try:
         job = await app.enqueue("hang_once")
         victim = procs.start(concurrency=1)
-        running = await eventually(
-            lambda: _running_with_log(app, procs, job.id), timeout=30
-        )
+        running = await eventually(lambda: _running_with_log(app, procs, job.id), timeout=30)
         old_token = running.lease_token
         victim.send_signal(signal.SIGKILL)
         victim.wait()

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import tether
-from tether import App, JobState, RetryPolicy, Worker
 from tests.helpers import eventually, fast_config
+from tether import App, JobState, RetryPolicy, Worker
 
 NO_WAIT = RetryPolicy(base_delay=0.0, jitter=0.0)
 
@@ -114,9 +114,7 @@ async def test_retry_backoff_delays_the_next_attempt(app: App, run_worker: Any) 
 
     await run_worker()
     job = await later.enqueue()
-    retrying = await eventually(
-        lambda: _in_state(app, job.id, JobState.RETRYING), timeout=10
-    )
+    retrying = await eventually(lambda: _in_state(app, job.id, JobState.RETRYING), timeout=10)
     assert retrying.started_at is not None
     wait = (retrying.run_at - retrying.started_at).total_seconds()
     assert 29 < wait < 32
@@ -392,7 +390,9 @@ async def test_worker_only_claims_tasks_it_knows(app: App, run_worker: Any) -> N
     store = await app.store()
     from tether.job import NewJob
 
-    (foreign,) = await store.enqueue([NewJob(task="elsewhere.task", args_json="{}", queue="default")])
+    (foreign,) = await store.enqueue(
+        [NewJob(task="elsewhere.task", args_json="{}", queue="default")]
+    )
     await run_worker()
     done = await app.wait((await known.enqueue()).id, timeout=10)
     assert done.state is JobState.SUCCEEDED
