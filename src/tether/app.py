@@ -122,7 +122,9 @@ class App:
                 fn,
                 name=task_name,
                 queue=queue or self.config.default_queue,
-                max_attempts=max_attempts or self.config.default_max_attempts,
+                max_attempts=(
+                    max_attempts if max_attempts is not None else self.config.default_max_attempts
+                ),
                 timeout=timeout,
                 retry=retry or self.config.retry,
                 executor=executor or ("async" if is_async(fn) else "thread"),

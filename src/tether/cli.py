@@ -1,6 +1,742 @@
-"""The ``tether`` command (placeholder until the CLI lands)."""
+"""The ``tether`` command: run workers, enqueue and inspect jobs, cancel them, run the demo.
+
+Every command opens the database the same way: ``--database URL`` if given, else the URL
+of the ``--app`` (when the command takes one and it is given), else
+``$TETHER_DATABASE_URL``, else ``sqlite:///tether.db``. That mirrors :class:`tether.App`,
+whose explicit URL also wins over the environment.
+
+Exit codes: 0 success, 1 the operation failed (unknown job, illegal transition,
+database unreachable), 2 the input was invalid (bad JSON, unknown task, malformed URL).
+User mistakes print one red line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from tether import display
+from tether.app import DEFAULT_CANCEL_WAIT, App, CancelResult
+from tether.config import WorkerConfig
+from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
+from tether.job import JSON, Job
+from tether.store import create_store
+from tether.task import EnqueueOptions
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+# Consoles look up sys.stdout/sys.stderr at write time, so test runners that swap them
+# still capture the output.
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+cli = typer.Typer(
+    name="tether",
+    help="tether: a durable job queue where every running job can be stopped safely.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    # Tracebacks are for bugs; locals would dump job payloads and URLs to the terminal.
+    pretty_exceptions_show_locals=False,
+)
+job_cli = typer.Typer(help="Inspect and steer jobs.", no_args_is_help=True)
+cli.add_typer(job_cli, name="job")
+
+# -- options shared by commands ----------------------------------------------------------
+
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database",
+        "-d",
+        metavar="URL",
+        help="Database URL: sqlite:///path.db or postgresql://host/db. Defaults to the "
+        "--app's URL, then $TETHER_DATABASE_URL, then sqlite:///tether.db.",
+        show_default=False,
+    ),
+]
+AppOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        "-a",
+        metavar="MODULE:ATTR",
+        envvar="TETHER_APP",
+        help="The tether.App to load, e.g. myproject.jobs:app (the current directory is "
+        "importable).",
+        show_default=False,
+    ),
+]
+# The database URL the running command opened, to name it in connection errors.
+_opened: list[str] = []
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """Print one red error line on stderr and exit with ``code``."""
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def friendly(fn: Callable[P, T]) -> Callable[P, T]:
+    """Turn tether's errors into one red line and an exit code instead of a traceback.
+
+    Invalid input (:class:`InvalidJobError`, :class:`ConfigError`) exits 2, any other
+    :class:`TetherError` (unknown job, illegal transition, database down) exits 1.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        _opened.clear()
+        _pool_errors.install()
+        try:
+            return fn(*args, **kwargs)
+        except (InvalidJobError, ConfigError) as exc:
+            fail(str(exc), EXIT_USAGE)
+        except StoreError as exc:
+            # The store's message rarely says which database it could not reach, and
+            # a PostgreSQL pool that gave up says why only in its log.
+            where = f" (database {_redact(_opened[-1])})" if _opened else ""
+            why = f"; last error: {_pool_errors.last}" if _pool_errors.last else ""
+            fail(f"{exc}{where}{why}", EXIT_FAILED)
+        except TetherError as exc:
+            fail(str(exc), EXIT_FAILED)
+
+    return wrapper
+
+
+class _PoolErrors(logging.Handler):
+    """Keeps the PostgreSQL pool's connection errors for the one-line error message.
+
+    psycopg_pool logs a warning per failed connection attempt while it retries; on a
+    one-shot command that is four copies of the cause followed by a vague timeout.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def install(self) -> None:
+        """Capture from now on (idempotent); the worker lets them through to its log."""
+        self.last = None
+        pool_log = logging.getLogger("psycopg.pool")
+        if self not in pool_log.handlers:
+            pool_log.addHandler(self)
+        pool_log.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().strip().splitlines()
+        if message:
+            self.last = message[0].split("connection failed: ", 1)[-1]
+
+
+_pool_errors = _PoolErrors()
+
+
+def load_app(ref: str) -> App:
+    """Import ``module:attr`` (``attr`` defaults to ``app``) and return the App it names.
+
+    The current directory goes first on ``sys.path``, as uvicorn does, so ``--app
+    jobs:app`` finds ``./jobs.py``. A module that is missing is a one-line error; an
+    exception raised while importing the user's module keeps its traceback, since that
+    is a bug in their code that they need to see.
+    """
+    module_name, _, attr = ref.partition(":")
+    attr = attr or "app"
+    if not module_name:
+        raise ConfigError(f"--app {ref!r} names no module: use MODULE:ATTR, e.g. jobs:app")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only a missing module is the user's typo; a missing import inside it is a bug.
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ConfigError(
+                f"cannot import module {module_name!r} (from --app {ref}); "
+                f"is it in the current directory or installed?"
+            ) from exc
+        raise
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, App):
+        raise ConfigError(f"--app {ref} is a {type(obj).__name__}, not a tether.App")
+    return obj
+
+
+def open_app(database: str | None, app_ref: str | None = None) -> App:
+    """The App a command works with; see the module docstring for the URL's precedence."""
+    if app_ref:
+        app = load_app(app_ref)
+        if database:
+            # The App builds its store lazily from ``url`` on first use, so replacing it
+            # before any call is enough; create_store validates it as the App would.
+            create_store(database)
+            app.url = database
+    else:
+        app = App(database)
+    _opened.append(app.url)
+    return app
+
+
+def run(app: App, coro: Coroutine[Any, Any, T]) -> T:
+    """Run one command's coroutine on a fresh loop, then close that loop's store."""
+
+    async def main() -> T:
+        try:
+            return await coro
+        finally:
+            await app.close()
+
+    return asyncio.run(main())
+
+
+def print_json(value: Any) -> None:
+    """Write JSON to stdout exactly (no Rich wrapping or highlighting)."""
+    typer.echo(json.dumps(display.to_json(value), indent=2, sort_keys=False))
+
+
+def now_utc() -> datetime:
+    """The local clock as an aware UTC time, for display ages only."""
+    return datetime.now(UTC)
+
+
+# -- worker ------------------------------------------------------------------------------
+
+
+@cli.command()
+@friendly
+def worker(
+    app_ref: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            "-a",
+            metavar="MODULE:ATTR",
+            envvar="TETHER_APP",
+            help="The tether.App whose tasks to run, e.g. myproject.jobs:app.",
+            show_default=False,
+        ),
+    ],
+    database: DatabaseOpt = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Jobs run at the same time.")
+    ] = WorkerConfig.concurrency,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            help="A queue to take jobs from (repeatable). Default: every queue the app's "
+            "tasks use.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="A name shown by `tether workers`.", show_default=False)
+    ] = None,
+    stop_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds running jobs get to finish after SIGTERM before they are released.",
+        ),
+    ] = WorkerConfig.stop_timeout,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run jobs until SIGTERM or Ctrl-C.
+
+    The first signal stops claiming and gives running jobs --stop-timeout seconds; what
+    still runs then goes back to the queue with its checkpoint, without spending an
+    attempt. A second signal releases them at once.
+    """
+    level = logging.getLevelNamesMapping().get(log_level.upper())
+    if level is None:
+        fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error", EXIT_USAGE)
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    # A long-running worker logs every connection failure, with its timestamp.
+    logging.getLogger("psycopg.pool").propagate = True
+    app = open_app(database, app_ref)
+    queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
+    config = WorkerConfig(
+        concurrency=concurrency, queues=queues, name=name, stop_timeout=stop_timeout
+    )
+    from tether.worker import Worker
+
+    w = Worker(app, config)
+    logging.getLogger("tether.cli").info("database %s", _redact(app.url))
+    run(app, w.run(handle_signals=True))
+    # Thread handlers cannot be interrupted: one that ignored its cancel request is
+    # abandoned (its lease settled, its writes fenced off) but its thread runs on.
+    # Those threads are not daemons, so a normal exit would join them and the process
+    # could hang forever after the worker has already stopped. Everything the worker
+    # owed the database is written by now, so flush our output and leave at once.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _app_queues(app: App) -> tuple[str, ...]:
+    queues = [app.config.default_queue, *(t.queue for t in app.tasks.values())]
+    return tuple(dict.fromkeys(queues))
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# -- migrate -----------------------------------------------------------------------------
+
+
+@cli.command()
+@friendly
+def migrate(database: DatabaseOpt = None, app_ref: AppOpt = None) -> None:
+    """Create or upgrade tether's tables (workers and producers also do it on first use)."""
+    app = open_app(database, app_ref)
+    applied = run(app, app.migrate())
+    if applied:
+        out.print(f"applied migrations: {', '.join(str(v) for v in applied)}")
+    else:
+        out.print("database is up to date")
+
+
+# -- enqueue -----------------------------------------------------------------------------
+
+
+@cli.command()
+@friendly
+def enqueue(
+    task: Annotated[str, typer.Argument(help="Task name (a unique suffix like 'crawl' works).")],
+    args: Annotated[
+        str,
+        typer.Option(
+            "--args",
+            help="The job's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
+        ),
+    ] = "{}",
+    app_ref: AppOpt = None,
+    database: DatabaseOpt = None,
+    queue: Annotated[
+        str | None, typer.Option(help="Queue (default: the task's).", show_default=False)
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(help="Higher runs first (default: the task's).", show_default=False),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(help="Concurrency key: one running job per key.", show_default=False),
+    ] = None,
+    delay: Annotated[float, typer.Option(min=0, help="Seconds before it may run.")] = 0.0,
+    max_attempts: Annotated[
+        int | None, typer.Option(min=1, help="Attempts before it fails.", show_default=False)
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds one attempt may run (default: the task's).", show_default=False),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Enqueue at most once per key; repeats return the same job.", show_default=False
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Enqueue one job and print its id and state."""
+    text = _read_args(args)
+    try:
+        parsed: JSON = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"--args is not valid JSON: {exc}", EXIT_USAGE)
+    if not isinstance(parsed, dict):
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        fail(f"--args must be a JSON object like '{{\"x\": 1}}', got {shown!r}", EXIT_USAGE)
+    if not app_ref:
+        fail("enqueue needs the app's tasks: pass --app MODULE:ATTR or set TETHER_APP", EXIT_USAGE)
+    app = open_app(database, app_ref)
+    name = _resolve_task(app, task)
+    opts = EnqueueOptions(
+        queue=queue,
+        priority=priority,
+        key=key,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        idempotency_key=idempotency_key,
+    )
+    job = run(app, app.enqueue(name, parsed, opts))
+    if as_json:
+        print_json(job)
+        return
+    line = Text(f"job {job.id} ")
+    line.append(job.task, style="bold")
+    line.append(" is ")
+    line.append_text(display.state_text(job.display_state))
+    if job.state.value == "queued" and job.run_at > now_utc():
+        line.append(f" (runs in {display.age(now_utc(), job.run_at)})")
+    out.print(line)
+
+
+def _read_args(value: str) -> str:
+    """``--args`` itself, or the file it names with ``@path``, or stdin for ``-``.
+
+    Command lines are limited to about 128 KB per argument, well below the payload limit.
+    """
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@"):
+        try:
+            with open(value[1:], encoding="utf-8") as f:
+                return f.read()
+        except OSError as exc:
+            fail(f"cannot read --args file {value[1:]!r}: {exc.strerror}", EXIT_USAGE)
+    return value
+
+
+def _resolve_task(app: App, name: str) -> str:
+    """The registered name for ``name``: exact, else the one task ending in ``.name``.
+
+    Tasks are registered as ``module.function`` by default, which is long to type.
+    """
+    if name in app.tasks:
+        return name
+    matches = [t for t in app.tasks if t.endswith("." + name)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise InvalidJobError(f"task {name!r} is ambiguous: {', '.join(sorted(matches))}")
+    return name  # App.enqueue reports it as unknown, listing the registered tasks
+
+
+# -- job ---------------------------------------------------------------------------------
+
+
+@job_cli.command("list")
+@friendly
+def job_list(
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state", "-s", help="Only jobs in this state (repeatable).", show_default=False
+        ),
+    ] = None,
+    queue: Annotated[str | None, typer.Option(help="Only this queue.", show_default=False)] = None,
+    task: Annotated[str | None, typer.Option(help="Only this task.", show_default=False)] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 50,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs, newest first."""
+    app = open_app(database, app_ref)
+    jobs = run(app, app.list(state=state or None, queue=queue, task=task, limit=limit))
+    if as_json:
+        print_json(jobs)
+        return
+    if not jobs:
+        out.print("no jobs")
+        return
+    now = now_utc()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("id", "task", "state", "attempt", "queue", "worker", "progress", "age"):
+        table.add_column(
+            col,
+            justify="right" if col in ("id", "attempt", "age") else "left",
+            no_wrap=col in ("id", "state", "attempt", "progress", "age"),
+            overflow="ellipsis",
+        )
+    for j in jobs:
+        table.add_row(
+            str(j.id),
+            j.task,
+            display.state_text(j.display_state),
+            f"{j.attempt}/{j.max_attempts}",
+            j.queue,
+            j.worker_id or "",
+            display.job_bar(j, width=10),
+            display.age(j.created_at, now),
+        )
+    out.print(table)
+
+
+@job_cli.command("show")
+@friendly
+def job_show(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show every field of one job and its history."""
+    app = open_app(database, app_ref)
+
+    async def fetch() -> tuple[Job, list[Any]]:
+        job = await app.get(job_id)
+        return job, await app.events(job_id)
+
+    job, events = run(app, fetch())
+    if as_json:
+        print_json({"job": job, "events": events})
+        return
+    now = now_utc()
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold")
+    fields.add_column(overflow="fold")
+    for name, value in display.to_json(job).items():
+        if name == "display_state":
+            continue
+        if name == "state":
+            # As people see it: a running job with a cancel request is "cancelling".
+            fields.add_row(name, display.state_text(job.display_state))
+            continue
+        if value is None:
+            text: Text | str = Text("-", style="grey50")
+        elif isinstance(value, dict | list):
+            text = json.dumps(value)
+        else:
+            text = str(value)
+        if name.endswith("_at") and value is not None:
+            stamp = getattr(job, name)
+            rel = (
+                display.age(stamp, now) + " ago"
+                if stamp <= now
+                else "in " + display.age(now, stamp)
+            )
+            text = f"{value}  ({rel})"
+        fields.add_row(name, text)
+    out.print(fields)
+    out.print()
+    history = Table(title="history", title_justify="left", box=None, header_style="bold")
+    history.add_column("at", no_wrap=True)
+    history.add_column("transition", no_wrap=True)
+    for col in ("worker", "actor", "reason"):
+        history.add_column(col, overflow="fold")
+    for ev in events:
+        change = Text(f"{ev.from_state.value if ev.from_state else '∅'} → ")
+        change.append_text(display.state_text(ev.to_state.value))
+        history.add_row(
+            ev.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            change,
+            ev.worker_id or "",
+            ev.actor or "",
+            display.first_line(ev.reason, 120),
+        )
+    out.print(history)
+
+
+@job_cli.command("cancel")
+@friendly
+def job_cancel(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    reason: Annotated[
+        str | None, typer.Option(help="Recorded with the cancellation.", show_default=False)
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(help="Stop a running job at once, without its grace period."),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds to wait for a running job to stop (0: do not wait)."),
+    ] = DEFAULT_CANCEL_WAIT,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a job: at once if it is not running, else ask its worker to stop it."""
+    app = open_app(database, app_ref)
+    res = run(app, app.cancel(job_id, reason=reason, force=force, wait=wait, actor="cli"))
+    if as_json:
+        print_json({"outcome": res.outcome, "job": res.job})
+        return
+    out.print(_cancel_message(res))
+
+
+def _cancel_message(res: CancelResult) -> Text:
+    j = res.job
+    if res.outcome == "cancelled":
+        return Text(f"job {j.id} cancelled", style="green")
+    if res.outcome == "already_cancelled":
+        return Text(f"job {j.id} was already cancelled", style="yellow")
+    if res.outcome == "finished_first":
+        return Text(
+            f"job {j.id} {j.state.value} before it saw the cancel request; its result stands",
+            style="yellow",
+        )
+    return Text(
+        f"job {j.id} is {j.display_state}: the request is recorded and its worker will stop "
+        "it; it will not run again",
+        style="yellow",
+    )
+
+
+@job_cli.command("wait")
+@friendly
+def job_wait(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    timeout: Annotated[
+        float | None,
+        typer.Option(min=0, help="Give up after this many seconds.", show_default=False),
+    ] = None,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Wait until a job succeeds, fails or is cancelled; exit 0 only if it succeeded."""
+    app = open_app(database, app_ref)
+    job = run(app, app.wait(job_id, timeout))
+    line = Text(f"job {job.id} ")
+    line.append_text(display.state_text(job.display_state))
+    if job.error:
+        line.append(f": {display.first_line(job.error, 200)}")
+    out.print(line)
+    if job.state.value != "succeeded":
+        raise typer.Exit(EXIT_FAILED)
+
+
+# -- stats and workers -------------------------------------------------------------------
+
+
+@cli.command()
+@friendly
+def stats(database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False) -> None:
+    """Count jobs in each state."""
+    app = open_app(database, app_ref)
+    counts = run(app, app.stats())
+    if as_json:
+        print_json(counts)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("state")
+    table.add_column("jobs", justify="right")
+    for state, n in counts.items():
+        table.add_row(display.state_text(state), str(n), style="" if n else "grey50")
+    table.add_row(Text("total", style="bold"), Text(str(sum(counts.values())), style="bold"))
+    out.print(table)
+
+
+@cli.command()
+@friendly
+def workers(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Include stopped and dead workers.")
+    ] = False,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List workers: active and draining ones unless --all."""
+    app = open_app(database, app_ref)
+    found = run(app, app.workers())
+    shown = found if show_all else [w for w in found if w.state in ("active", "draining")]
+    if as_json:
+        print_json(shown)
+        return
+    if shown:
+        now = now_utc()
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for col in ("id", "name", "host", "pid", "state", "running", "heartbeat", "started"):
+            table.add_column(col, justify="right" if col in ("pid", "running") else "left")
+        for w in shown:
+            table.add_row(
+                w.id,
+                w.name or "",
+                w.host,
+                str(w.pid),
+                display.worker_state_text(w.state),
+                str(w.running_jobs),
+                display.age(w.heartbeat_at, now) + " ago",
+                display.age(w.started_at, now) + " ago",
+            )
+        out.print(table)
+    else:
+        out.print("no active workers")
+    hidden = len(found) - len(shown)
+    if hidden:
+        out.print(Text(f"({hidden} stopped or dead not shown; use --all)", style="grey50"))
+
+
+# -- demo --------------------------------------------------------------------------------
+
+
+@cli.command()
+@friendly
+def demo(
+    database: Annotated[
+        str | None,
+        typer.Option(
+            "--database",
+            "-d",
+            metavar="URL",
+            help="Where the demo keeps its jobs. Default: a fresh sqlite:///.tether/demo.db.",
+            show_default=False,
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(
+            min=1, help="Stop on its own after this many seconds (for CI).", show_default=False
+        ),
+    ] = None,
+    n_workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, max=16, help="In-process workers.")
+    ] = 2,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Jobs each worker runs at once.")
+    ] = 3,
+) -> None:
+    """Watch a crawl → chunk → embed → upsert pipeline run live, with retries and a cancel.
+
+    Ctrl-C stops it gracefully: running jobs are released with their checkpoints.
+    """
+    from tether import demo as demo_mod
+
+    code = demo_mod.main(
+        database=database,
+        duration=duration,
+        workers=n_workers,
+        concurrency=concurrency,
+        console=out,
+    )
+    raise typer.Exit(code)
 
 
 def main() -> None:
-    """Entry point."""
-    raise SystemExit("tether CLI")
+    """Entry point of the ``tether`` script."""
+    cli()

@@ -1,0 +1,663 @@
+"""The demo: a document pipeline (crawl → chunk → embed → upsert) watched live.
+
+``tether demo`` runs workers in-process on a fresh SQLite file, enqueues a dozen crawls
+and shows every job in the terminal as it runs, retries, fails, or is cancelled.
+
+The module is also an ordinary tether app. While a demo runs (or after you stopped it
+with Ctrl-C and it released its running jobs), another terminal can join in::
+
+    tether worker --app tether.demo:app        # resumes released jobs from checkpoints
+    tether enqueue crawl --app tether.demo:app --args '{"url": "https://example.org/x"}'
+    tether job list --app tether.demo:app
+
+The web is simulated, deterministically, so every run tells the same story:
+
+- ``flaky`` hosts reset the connection halfway through the first attempt; the retry
+  resumes from the last page checkpointed;
+- embedding ``docs.example.org`` and ``research.example.edu`` runs out of (simulated)
+  GPU memory on the first attempt;
+- ``.invalid`` hosts never resolve, so that crawl fails for good after its attempts;
+- ``example.org/archive`` is long: the demo cancels it while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from tether import display
+from tether.app import App, CancelResult
+from tether.config import RetryPolicy, WorkerConfig
+from tether.context import JobContext, SyncJobContext
+from tether.job import JSON, Job
+from tether.store import create_store
+from tether.worker import Worker
+
+DEMO_DATABASE_URL = "sqlite:///.tether/demo.db"
+"""Relative to the current directory; ``tether demo`` recreates it on every run."""
+
+app = App(DEMO_DATABASE_URL)
+"""The demo's app: ``tether worker --app tether.demo:app`` runs its tasks."""
+
+# Short backoff so retries happen while you watch.
+DEMO_RETRY = RetryPolicy(base_delay=1.0, factor=2.0, max_delay=5.0, jitter=0.1)
+
+SITES: list[tuple[str, int]] = [
+    ("https://example.org/archive", 60),
+    ("https://example.org/blog", 6),
+    ("https://docs.example.org/guide", 8),
+    ("https://flaky.example.net/wiki", 7),
+    ("https://news.example.com/today", 5),
+    ("https://gone.example.invalid/", 4),
+    ("https://shop.example.com/catalog", 4),
+    ("https://research.example.edu/papers", 9),
+    ("https://flaky.example.net/forum", 6),
+    ("https://example.com/changelog", 5),
+    ("https://status.example.org/", 3),
+    ("https://example.net/faq", 5),
+]
+"""The sample crawls: ``(url, pages)``. The first eight are enqueued at once."""
+
+MORE_SITES = [
+    "https://example.org/post-{n}",
+    "https://blog.example.com/p/{n}",
+    "https://flaky.example.net/thread-{n}",
+    "https://example.com/news/{n}",
+]
+"""After the samples, a new crawl of one of these arrives every few seconds."""
+FLAKY_EMBED = {"https://docs.example.org/guide", "https://research.example.edu/papers"}
+WORDS_PER_CHUNK = 400
+
+
+def site_pages(url: str) -> int:
+    """How many pages the simulated site at ``url`` has (3 to 10 when not listed)."""
+    for known, pages in SITES:
+        if known == url:
+            return pages
+    return 3 + zlib.crc32(url.encode()) % 8
+
+
+def page_words(url: str, page: int) -> int:
+    """The simulated word count of one page."""
+    return 300 + zlib.crc32(f"{url}#{page}".encode()) % 900
+
+
+@app.task(name="crawl", max_attempts=3, retry=DEMO_RETRY)
+async def crawl(ctx: JobContext, url: str, pages: int | None = None) -> dict[str, JSON]:
+    """Fetch every page of a site, checkpointing after each so a retry resumes there."""
+    total = pages or site_pages(url)
+    host = urlsplit(url).hostname or url
+    # The checkpoint is what the previous attempt saved: start where it stopped.
+    state: dict[str, int] = ctx.checkpoint or {"next_page": 0, "pages": total, "words": 0}
+    ctx.set_progress(state["next_page"], total)
+    if host.endswith(".invalid"):
+        await asyncio.sleep(0.3)
+        raise ConnectionError(f"cannot resolve host {host!r}")
+    for page in range(state["next_page"], total):
+        # Between pages is a safe place to stop: everything before is checkpointed.
+        ctx.check_cancelled()
+        await asyncio.sleep(random.uniform(0.15, 0.4))  # the "fetch"
+        if "flaky" in host and ctx.attempt == 1 and page == total // 2:
+            raise ConnectionResetError(f"{host}: connection reset by peer on page {page + 1}")
+        words = state["words"] + page_words(url, page)
+        state = {"next_page": page + 1, "pages": total, "words": words}
+        await ctx.save_checkpoint(state)
+        ctx.set_progress(page + 1, total)
+    # The idempotency key makes the hand-off happen once even if this attempt dies
+    # between enqueueing and finishing, and the next attempt enqueues again.
+    await chunk.options(priority=1, idempotency_key=f"chunk-of-{ctx.id}").enqueue(
+        url=url, words=state["words"]
+    )
+    return {"pages": total, "words": state["words"]}
+
+
+@app.task(name="chunk", retry=DEMO_RETRY)
+async def chunk(ctx: JobContext, url: str, words: int) -> dict[str, JSON]:
+    """Split a crawled site into chunks of about 400 words."""
+    await asyncio.sleep(random.uniform(0.2, 0.5))
+    chunks = max(1, words // WORDS_PER_CHUNK)
+    ctx.set_progress(chunks, chunks)
+    await embed.options(priority=2, idempotency_key=f"embed-of-{ctx.id}").enqueue(
+        url=url, chunks=chunks
+    )
+    return {"chunks": chunks}
+
+
+@app.task(name="embed", retry=DEMO_RETRY)
+def embed(ctx: SyncJobContext, url: str, chunks: int) -> dict[str, JSON]:
+    """Embed each chunk (a plain ``def``: it runs in a thread and stops cooperatively)."""
+    for i in range(chunks):
+        # A thread cannot be interrupted, so it asks: waiting on the signal instead of
+        # sleeping makes it stop at once when a cancel (or shutdown) arrives.
+        if ctx.cancelled.wait_sync(random.uniform(0.08, 0.16)):
+            ctx.check_cancelled()
+        if url in FLAKY_EMBED and ctx.attempt == 1 and i == chunks // 2:
+            raise MemoryError("CUDA out of memory (simulated) while embedding")
+        ctx.set_progress(i + 1, chunks)
+    # Sync code enqueues with the blocking API.
+    upsert.options(priority=3, idempotency_key=f"upsert-of-{ctx.id}").enqueue_sync(
+        url=url, vectors=chunks
+    )
+    return {"vectors": chunks, "dim": 384}
+
+
+@app.task(name="upsert", retry=DEMO_RETRY)
+async def upsert(ctx: JobContext, url: str, vectors: int) -> dict[str, JSON]:
+    """Write the vectors to the (simulated) index."""
+    await asyncio.sleep(random.uniform(0.1, 0.3))
+    ctx.set_progress(vectors, vectors)
+    return {"indexed": vectors}
+
+
+# -- the live view -----------------------------------------------------------------------
+
+
+@dataclass
+class Note:
+    """One line of the event log."""
+
+    at: float
+    text: Text
+
+
+@dataclass
+class DemoRun:
+    """One ``tether demo`` session: workers, sample jobs, the view, the summary."""
+
+    app: App
+    console: Console
+    database: str
+    duration: float | None
+    n_workers: int
+    concurrency: int
+    interactive: bool
+    t0: float = 0.0
+    baseline: int = 0
+    phase: str = "running"
+    jobs: list[Job] = field(default_factory=list)
+    seen: dict[int, tuple[str, int]] = field(default_factory=dict)
+    notes: deque[Note] = field(default_factory=lambda: deque(maxlen=200))
+    workers: list[Worker] = field(default_factory=list)
+    stop_requests: int = 0
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_done: CancelResult | None = None
+    cancel_target: int | None = None
+    cancel_seconds: float = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        """Seconds since the demo started."""
+        return asyncio.get_running_loop().time() - self.t0
+
+    async def run(self) -> int:
+        """Run the demo until Ctrl-C (or ``duration``); returns the exit code."""
+        loop = asyncio.get_running_loop()
+        self.t0 = loop.time()
+        await self.app.store()  # connect and migrate now: a bad database fails here
+        newest = await self.app.list(limit=1)
+        self.baseline = newest[0].id if newest else 0
+        for i in range(self.n_workers):
+            cfg = WorkerConfig(
+                name=f"demo-{i + 1}",
+                concurrency=self.concurrency,
+                queues=("default",),
+                poll_interval=0.5,
+                # Progress travels with heartbeats: beat often so the bars move smoothly.
+                heartbeat_interval=0.5,
+                lease_duration=5.0,
+                # Ctrl-C should feel prompt: jobs get 2 s, then go back with checkpoints.
+                stop_timeout=2.0,
+                cancel_grace=1.0,
+            )
+            w = Worker(self.app, cfg)
+            await w.start()
+            self.workers.append(w)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_stop)
+        log_handler = _NoteHandler(self)
+        logging.getLogger("tether").addHandler(log_handler)
+        try:
+            if self.interactive:
+                from rich.live import Live
+
+                with Live(
+                    self.render(), console=self.console, refresh_per_second=8, transient=False
+                ) as live:
+                    await self.drive(lambda: live.update(self.render()))
+            else:
+                self.console.print(
+                    f"tether demo: {self.n_workers} workers x {self.concurrency} on "
+                    f"{self.database}" + (f" for {self.duration:g}s" if self.duration else "")
+                )
+                await self.drive(lambda: None)
+        finally:
+            logging.getLogger("tether").removeHandler(log_handler)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        self.print_summary()
+        return 0
+
+    async def drive(self, refresh: Any) -> None:
+        """Feed jobs and refresh the view until asked to stop; then stop the workers."""
+        feeder = asyncio.create_task(self.feed())
+        try:
+            deadline = self.duration
+            while not self.stop_event.is_set():
+                await self.poll()
+                refresh()
+                if deadline is not None and self.elapsed() >= deadline:
+                    self.note("duration reached: stopping", "bold")
+                    self.request_stop()
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_event.wait(), 0.25)
+            self.phase = "stopping"
+            feeder.cancel()
+            stopping = asyncio.gather(*(w.stop() for w in self.workers))
+            while not stopping.done():
+                await self.poll()
+                refresh()
+                await asyncio.wait([stopping], timeout=0.25)
+            await stopping
+            self.phase = "stopped"
+            await self.poll()
+            refresh()
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+
+    def request_stop(self) -> None:
+        """First call (Ctrl-C, SIGTERM, duration): stop gracefully. Second: at once."""
+        self.stop_requests += 1
+        if self.stop_requests == 1:
+            self.note(
+                "stopping: no new claims; running jobs get 2s, then go back to the queue "
+                "with their checkpoints (Ctrl-C again to release them now)",
+                "bold",
+            )
+        else:
+            self.note("second stop: releasing running jobs now", "bold")
+        for w in self.workers:
+            w.request_stop()
+        self.stop_event.set()
+
+    # -- what the demo does --------------------------------------------------------------
+
+    async def feed(self) -> None:
+        """Enqueue the sample crawls, cancel the long one while it runs, keep crawls coming."""
+        first, later = SITES[:8], SITES[8:]
+        jobs = await self.app.enqueue_many(
+            [(crawl, {"url": url, "pages": pages}) for url, pages in first]
+        )
+        self.note(f"enqueued {len(jobs)} crawls in one transaction", "bold")
+        cancel_at = 10.0 if self.duration is None or self.duration >= 14 else self.duration / 2
+        long_id = jobs[0].id
+        pending = list(later)
+        cancelled = False
+        next_at, n = 1.5, 0
+        while True:
+            await asyncio.sleep(0.25)
+            if self.elapsed() >= next_at:
+                if pending:
+                    url, pages = pending.pop(0)
+                    next_at += 1.5
+                else:
+                    n += 1
+                    url = MORE_SITES[n % len(MORE_SITES)].format(n=n)
+                    pages = site_pages(url)
+                    next_at += 3.0
+                job = await crawl.enqueue(url=url, pages=pages)
+                self.note(f"job {job.id}: a new crawl arrives for {_short(url)}")
+            if not cancelled and self.elapsed() >= cancel_at:
+                cancelled = await self.cancel_one(long_id)
+
+    async def cancel_one(self, preferred: int) -> bool:
+        """Cancel the long crawl (or any running job) and report how it went."""
+        target = await self.app.get(preferred)
+        if target.is_terminal:
+            running = [j for j in self.jobs if j.display_state == "running"]
+            if not running:
+                return False  # nothing to show yet; try again shortly
+            target = running[0]
+        where = ""
+        if target.progress_total:
+            where = f" at page {target.progress_current or 0}/{target.progress_total}"
+        self.note(
+            f"job {target.id}: the demo cancels {target.task} {_short(target.args.get('url'))}"
+            f"{where} ({target.display_state})",
+            "bold yellow",
+        )
+        self.cancel_target = target.id
+        started = asyncio.get_running_loop().time()
+        res = await self.app.cancel(
+            target.id, reason="demo: showing cancellation of a running job", actor="demo"
+        )
+        self.cancel_seconds = asyncio.get_running_loop().time() - started
+        self.cancel_done = res
+        style = "bold green" if res.cancelled else "bold yellow"
+        self.note(
+            f"job {target.id}: cancel outcome: {res.outcome.replace('_', ' ')} "
+            f"after {self.cancel_seconds:.1f}s",
+            style,
+        )
+        return True
+
+    # -- watching ------------------------------------------------------------------------
+
+    async def poll(self) -> None:
+        """Read this run's jobs from the database and note what changed."""
+        jobs = await self.app.list(limit=1000)
+        self.jobs = [j for j in jobs if j.id > self.baseline]
+        for job in sorted(self.jobs, key=lambda j: j.id):
+            self.observe(job)
+
+    def observe(self, job: Job) -> None:
+        """Turn a job's state change into an event line."""
+        now = (job.display_state, job.attempt)
+        before = self.seen.get(job.id)
+        self.seen[job.id] = now
+        if before == now or (before is None and job.state.value in ("queued", "blocked")):
+            return
+        who = f"job {job.id} {job.task} {_short(job.args.get('url'))}"
+        state = job.display_state
+        if state == "retrying":
+            self.note(
+                f"{who}: attempt {job.attempt}/{job.max_attempts} failed "
+                f"({display.first_line(job.error, 70)}); will retry",
+                "dark_orange",
+            )
+        elif state == "running" and job.attempt > 1 and (before is None or before[0] != state):
+            resume = _checkpoint_text(job)
+            self.note(f"{who}: attempt {job.attempt} starts" + (f", {resume}" if resume else ""))
+        elif state == "failed":
+            self.note(
+                f"{who}: failed for good after {job.attempt} attempts: "
+                f"{display.first_line(job.error, 70)}",
+                "bold red",
+            )
+        elif state == "cancelled" and job.id != self.cancel_target:
+            self.note(f"{who}: cancelled ({job.cancel_reason or 'no reason'})", "magenta")
+        elif state == "queued" and before is not None and before[0] in ("running", "cancelling"):
+            resume = _checkpoint_text(job)
+            self.note(f"{who}: released to the queue" + (f", {resume}" if resume else ""))
+        elif state == "succeeded" and job.task == "upsert":
+            self.note(f"{who}: document indexed end to end", "green")
+
+    def note(self, text: str, style: str = "") -> None:
+        """Add a line to the event log (and print it at once when not interactive)."""
+        at = self.elapsed()
+        self.notes.append(Note(at, Text(text, style=style)))
+        if not self.interactive:
+            line = Text(f"{at:6.1f}s  ", style="grey50")
+            line.append_text(Text(text, style=style))
+            self.console.print(line, soft_wrap=True)
+
+    # -- rendering -----------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """This run's jobs by displayed state."""
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            counts[job.display_state] = counts.get(job.display_state, 0) + 1
+        return counts
+
+    def render(self) -> RenderableType:
+        """The whole live view."""
+        header = Text()
+        header.append("tether demo", style="bold")
+        header.append(
+            f"  {self.n_workers} workers x {self.concurrency} slots on {self.database}  "
+            f"{self.elapsed():.0f}s",
+            style="grey62",
+        )
+        if self.duration:
+            header.append(f" / {self.duration:g}s", style="grey62")
+        header.append("  ")
+        header.append(
+            {
+                "running": "Ctrl-C to stop gracefully",
+                "stopping": "stopping: finishing or releasing running jobs…",
+                "stopped": "stopped",
+            }[self.phase],
+            style="yellow" if self.phase != "running" else "grey62",
+        )
+        counts = self.counts()
+        badges = Text()
+        for state in display.STATE_STYLES:
+            if counts.get(state):
+                badges.append(f" {state} {counts[state]} ", style=display.STATE_STYLES[state])
+                badges.append(" ")
+        badges.append(f"total {len(self.jobs)}", style="bold")
+
+        rows = max(5, self.console.size.height - 22)
+        table = Table(box=None, header_style="bold", expand=True, pad_edge=False)
+        table.add_column("id", justify="right", width=4)
+        table.add_column("task", width=6)
+        table.add_column("target", ratio=2, no_wrap=True, overflow="ellipsis")
+        table.add_column("state", width=10)
+        table.add_column("progress", width=20, no_wrap=True)
+        table.add_column("try", justify="right", width=4)
+        table.add_column("worker", width=7)
+        table.add_column("note", ratio=3, no_wrap=True, overflow="ellipsis")
+        shown = _ordered(self.jobs)
+        for job in shown[:rows]:
+            state = job.display_state
+            table.add_row(
+                str(job.id),
+                job.task,
+                _short(job.args.get("url")),
+                display.state_text(state),
+                display.job_bar(job, width=10),
+                f"{job.attempt}/{job.max_attempts}",
+                self.worker_name(job.worker_id) if state in ("running", "cancelling") else "",
+                _job_note(job),
+            )
+        if len(shown) > rows:
+            table.add_row("", "", Text(f"… {len(shown) - rows} more", style="grey50"))
+
+        log = Text(no_wrap=True, overflow="ellipsis")
+        for note in list(self.notes)[-9:]:
+            log.append(f"{note.at:5.1f}s  ", style="grey50")
+            log.append_text(note.text)
+            log.append("\n")
+        log.rstrip()
+        hint = Text(
+            "another terminal: tether job list -d "
+            f"{self.database} · tether worker --app tether.demo:app",
+            style="grey50",
+        )
+        return Group(
+            header,
+            badges,
+            Panel(table, title="jobs (active first)", title_align="left", border_style="grey37"),
+            Panel(log, title="events", title_align="left", border_style="grey37"),
+            hint,
+        )
+
+    def worker_name(self, worker_id: str | None) -> str:
+        """``demo-1`` for our workers; the raw id's tail for others."""
+        for w in self.workers:
+            if w.id == worker_id:
+                return w.config.name or w.id
+        return (worker_id or "")[-6:]
+
+    def print_summary(self) -> None:
+        """What happened, once the view is gone."""
+        c = self.console
+        counts = self.counts()
+        c.print()
+        line = Text(f"tether demo ran {self.elapsed():.1f}s: {len(self.jobs)} jobs  ", style="bold")
+        for state, n in counts.items():
+            line.append(f"{state} {n}  ", style=display.STATE_STYLES.get(state, ""))
+        c.print(line)
+        recovered = [j for j in self.jobs if j.state.value == "succeeded" and j.attempt > 1]
+        if recovered:
+            c.print(
+                "  recovered by retrying: "
+                + ", ".join(f"job {j.id} ({j.task} {_short(j.args.get('url'))})" for j in recovered)
+            )
+        for job in self.jobs:
+            if job.state.value == "failed":
+                c.print(
+                    Text(
+                        f"  failed: job {job.id} {job.task} {_short(job.args.get('url'))} after "
+                        f"{job.attempt} attempts: {display.first_line(job.error, 90)}",
+                        style="red",
+                    )
+                )
+        if self.cancel_done is not None:
+            res = self.cancel_done
+            c.print(
+                Text(
+                    f"  cancelled while running: job {res.job.id} {res.job.task} "
+                    f"{_short(res.job.args.get('url'))} ({res.outcome.replace('_', ' ')} in "
+                    f"{self.cancel_seconds:.1f}s)",
+                    style="magenta",
+                )
+            )
+        released = [j for j in self.jobs if j.state.value == "queued" and j.checkpoint]
+        for job in released:
+            c.print(
+                f"  released: job {job.id} {job.task} {_short(job.args.get('url'))}, "
+                f"{_checkpoint_text(job)}"
+            )
+        waiting = sum(1 for j in self.jobs if not j.is_terminal)
+        c.print()
+        db = (
+            f"-d {self.database}" if self.database != DEMO_DATABASE_URL else "--app tether.demo:app"
+        )
+        c.print(Text("explore:", style="bold"))
+        c.print(f"  tether job list {db}")
+        if self.jobs:
+            c.print(f"  tether job show {self.jobs[-1].id} {db}")
+        if waiting:
+            c.print(
+                f"  tether worker --app tether.demo:app   # runs the {waiting} unfinished jobs, "
+                "resuming from checkpoints"
+            )
+
+
+class _NoteHandler(logging.Handler):
+    """Shows tether's warnings (rescues, abandoned handlers) in the event log."""
+
+    def __init__(self, run: DemoRun) -> None:
+        super().__init__(logging.WARNING)
+        self.run = run
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.run.note(f"{record.name}: {record.getMessage()}", "yellow")
+
+
+def _short(url: object) -> str:
+    if not isinstance(url, str):
+        return ""
+    return url.removeprefix("https://").removeprefix("http://").rstrip("/")
+
+
+def _checkpoint_text(job: Job) -> str:
+    cp = job.checkpoint
+    if isinstance(cp, dict) and "next_page" in cp:
+        total = cp.get("pages") or job.progress_total or "?"
+        return f"resuming from its checkpoint at page {cp['next_page']}/{total}"
+    return ""
+
+
+def _job_note(job: Job) -> Text:
+    state = job.display_state
+    if state == "cancelling":
+        return Text("cancel requested", style="yellow")
+    if state in ("retrying", "failed"):
+        return Text(display.first_line(job.error, 120), style=display.STATE_STYLES[state])
+    if state == "cancelled":
+        return Text(job.cancel_reason or "", style="magenta")
+    if state == "succeeded" and isinstance(job.result, dict):
+        return Text(", ".join(f"{k} {v}" for k, v in job.result.items()), style="grey62")
+    if state == "running" and job.attempt > 1:
+        return Text(f"attempt {job.attempt}, resumed from its checkpoint", style="grey62")
+    if state == "queued" and job.checkpoint is not None:
+        return Text(_checkpoint_text(job).replace("resuming from", "will resume from"))
+    return Text("")
+
+
+_ORDER = {"running": 0, "cancelling": 0, "retrying": 1, "queued": 2, "blocked": 2, "paused": 2}
+
+
+def _ordered(jobs: list[Job]) -> list[Job]:
+    """Active jobs first (oldest first), then finished ones (latest finished first)."""
+    active = sorted(
+        (j for j in jobs if not j.is_terminal), key=lambda j: (_ORDER.get(j.display_state, 3), j.id)
+    )
+    done = sorted(
+        (j for j in jobs if j.is_terminal),
+        key=lambda j: j.finished_at.timestamp() if j.finished_at else 0.0,
+        reverse=True,
+    )
+    return active + done
+
+
+def _fresh_sqlite(url: str) -> None:
+    """Delete the demo's SQLite file (and its WAL files) and make sure its folder exists."""
+    path = Path(url.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def main(
+    *,
+    database: str | None = None,
+    duration: float | None = None,
+    workers: int = 2,
+    concurrency: int = 3,
+    console: Console | None = None,
+) -> int:
+    """Run the demo; returns the process exit code.
+
+    Without ``database`` it uses a fresh ``.tether/demo.db``. A database you name is
+    used as it is, and the view shows only the jobs created during this run.
+    """
+    console = console or Console()
+    url = database or DEMO_DATABASE_URL
+    create_store(url)  # a malformed URL fails here, before anything is deleted
+    if database is None:
+        _fresh_sqlite(url)
+    app.url = url  # the store is created lazily from it, so this is before first use
+    demo = DemoRun(
+        app=app,
+        console=console,
+        database=url,
+        duration=duration,
+        n_workers=workers,
+        concurrency=concurrency,
+        interactive=console.is_terminal and not console.is_dumb_terminal,
+    )
+
+    async def go() -> int:
+        try:
+            return await demo.run()
+        finally:
+            await app.close()
+
+    try:
+        return asyncio.run(go())
+    finally:
+        # ``embed`` enqueues through the blocking API, whose store lives on the App's
+        # background loop; close it there.
+        app.run_sync(app.close())
