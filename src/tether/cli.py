@@ -120,6 +120,8 @@ def friendly(fn: Callable[P, T]) -> Callable[P, T]:
             fail(f"{exc}{where}{why}", EXIT_FAILED)
         except TetherError as exc:
             fail(str(exc), EXIT_FAILED)
+        finally:
+            _pool_errors.uninstall()
 
     return wrapper
 
@@ -142,6 +144,13 @@ class _PoolErrors(logging.Handler):
         if self not in pool_log.handlers:
             pool_log.addHandler(self)
         pool_log.propagate = False
+
+    def uninstall(self) -> None:
+        """Stop capturing (matters only when commands run inside another program)."""
+        pool_log = logging.getLogger("psycopg.pool")
+        if self in pool_log.handlers:
+            pool_log.removeHandler(self)
+        pool_log.propagate = True
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage().strip().splitlines()
@@ -302,7 +311,7 @@ def worker(
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    return
 
 
 def _app_queues(app: App) -> tuple[str, ...]:

@@ -115,11 +115,14 @@ class Heartbeater(Service):
         runs = [r for r in w.running.values() if r.interrupt != "lease_lost"]
         beats = [Beat(r.job.id, r.job.lease_token, *r.ctx.progress) for r in runs]
         sent = loop.time()
+        # A stalled or blackholed connection must not keep us waiting past the moment
+        # we have to stop our jobs: another worker may take them once the leases end.
+        timeout = max(1.0, w.config.heartbeat_interval)
+        if beats and self.fence_at > sent:
+            timeout = min(timeout, self.fence_at - sent)
         try:
-            # A blackholed connection must not stall us past the point of self-fencing.
             res = await asyncio.wait_for(
-                w.store.heartbeat(w.id, beats, w.config.lease_duration),
-                timeout=max(1.0, w.config.heartbeat_interval),
+                w.store.heartbeat(w.id, beats, w.config.lease_duration), timeout=timeout
             )
         except Exception:
             self._maybe_fence()
@@ -136,10 +139,20 @@ class Heartbeater(Service):
                 w.interrupt(held, "cancel", force=req.force)
         return len(beats)
 
+    @property
+    def fence_at(self) -> float:
+        """Loop time at which our leases may be about to expire, minus the margin.
+
+        ``last_ok`` is when the last successful heartbeat was *sent*; the database
+        extended the leases no earlier than that.
+        """
+        config = self.worker.config
+        return self.last_ok + config.lease_duration - config.self_fence_margin
+
     def _maybe_fence(self) -> None:
-        cfg = self.worker.config
-        silent = asyncio.get_running_loop().time() - self.last_ok
-        if silent < cfg.lease_duration - cfg.self_fence_margin:
+        now = asyncio.get_running_loop().time()
+        silent = now - self.last_ok
+        if now < self.fence_at:
             return
         if not self.fenced:
             log.error(

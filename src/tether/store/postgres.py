@@ -42,6 +42,7 @@ Conn = psycopg.AsyncConnection[dict[str, Any]]
 CHANNELS = {"tether_enqueued": h.ENQUEUED, "tether_control": h.CONTROL, "tether_changed": h.CHANGED}
 LEADER_LOCK = 0x7E7E_0001
 MIGRATE_LOCK = 0x7E7E_0002
+KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
 FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
@@ -56,6 +57,14 @@ FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[]
      AS x(t, a, q, p, k, m, tmo, d, o, ik)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {JOB_COLUMNS}
+"""
+
+# Concurrent batches sharing idempotency keys in different orders would deadlock on the
+# unique index; taking a lock per key in one global order first makes them queue instead.
+Q_LOCK_KEYS: LiteralString = """
+SELECT pg_advisory_xact_lock(%s, h) FROM (
+    SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS k
+) AS keys ORDER BY h
 """
 
 Q_CLAIM: LiteralString = f"""
@@ -300,6 +309,9 @@ class PostgresStore:
             ):
                 col.append(value)
         async with self._conn() as conn, conn.transaction():
+            keys = [k for k in cols[9] if k is not None]
+            if keys:
+                await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
             cur = await conn.execute(Q_ENQUEUE, cols)
             # Sequence values follow row order, so sorting by id restores input order.
             new = sorted((self._rows.job(r) for r in await cur.fetchall()), key=lambda j: j.id)
