@@ -22,7 +22,7 @@ async def _nothing_written(app: App) -> None:
 
 
 async def test_unknown_task_is_refused(echo_app: App) -> None:
-    with pytest.raises(tether.UnknownTaskError, match="unknown task 'nope'.*registered: echo"):
+    with pytest.raises(tether.UnknownTaskError, match=r"unknown task 'nope'.*registered: echo"):
         await echo_app.enqueue("nope", {})
     await _nothing_written(echo_app)
 

@@ -7,8 +7,8 @@ import random
 from collections import Counter
 
 import tether
-from tether import App, JobState, Worker
 from tests.helpers import fast_config
+from tether import App, JobState, Worker
 
 
 async def test_cancel_racing_completion_hundreds_of_times(app: App) -> None:

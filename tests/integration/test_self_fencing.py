@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 import psycopg
 
 import tether
+from tests.helpers import eventually, fast_config
 from tether import App, JobState, Worker
 from tether.store import parse_sqlite_path
-from tests.helpers import eventually, fast_config
 
 
 @asynccontextmanager
