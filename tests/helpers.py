@@ -21,6 +21,7 @@ FAST = {
     "stop_timeout": 5.0,
     "cancel_grace": 0.3,
     "cancel_timeout": 1.0,
+    "kill_timeout": 1.0,
 }
 
 

@@ -4,7 +4,8 @@ Every running job holds a lease (worker id, fencing token, expiry). Cancel it, l
 worker, or stop the worker gracefully, and the job still ends exactly once.
 """
 
-from tether.app import App, CancelResult
+from tether.app import App
+from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
 from tether.config import AppConfig, RetryPolicy, WorkerConfig
 from tether.context import CancelSignal, JobContext, SyncJobContext
 from tether.errors import (
@@ -30,8 +31,10 @@ from tether.worker import Worker
 __all__ = [
     "App",
     "AppConfig",
-    "CancelResult",
     "CancelSignal",
+    "CancellationRecord",
+    "CancellationResult",
+    "CancellationStep",
     "Cancelled",
     "ConfigError",
     "Fail",

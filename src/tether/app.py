@@ -8,10 +8,15 @@ import json
 import os
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from tether import hints as h
+from tether.cancellation import (
+    CancellationRecord,
+    CancellationResult,
+    CancellationService,
+    record_from_row,
+)
 from tether.config import DEFAULT_DATABASE_URL, AppConfig, RetryPolicy, WorkerConfig
 from tether.errors import (
     ConfigError,
@@ -22,37 +27,24 @@ from tether.errors import (
     UnknownTaskError,
     WaitTimeoutError,
 )
-from tether.job import JSON, Job, JobEvent, JobFilter, NewJob, WorkerInfo
+from tether.job import (
+    JSON,
+    ArtifactInfo,
+    Job,
+    JobEvent,
+    JobFilter,
+    LimitInfo,
+    NewJob,
+    QueueInfo,
+    WorkerInfo,
+)
 from tether.portal import Portal
 from tether.states import JobState
 from tether.store import Store, create_store
 from tether.task import EnqueueOptions, Executor, Task, is_async
 
 T = TypeVar("T")
-DEFAULT_CANCEL_WAIT = 15.0
-
-
-@dataclass(frozen=True)
-class CancelResult:
-    """What :meth:`App.cancel` did.
-
-    ``outcome`` is one of:
-
-    - ``cancelled``: the job is cancelled (at once, or its worker stopped it);
-    - ``already_cancelled``: it was cancelled before this request;
-    - ``finished_first``: it was running and finished (succeeded or failed) before it
-      saw the request; its result stands;
-    - ``requested``: it is still running with the request pending when the wait ended
-      (``wait=0`` or the worker is slow to stop); it will not run again.
-    """
-
-    job: Job
-    outcome: Literal["cancelled", "already_cancelled", "finished_first", "requested"]
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether the job ended (or will end) cancelled rather than finished."""
-        return self.outcome in ("cancelled", "already_cancelled")
+DEFAULT_CANCEL_WAIT = 30.0
 
 
 class App:
@@ -67,6 +59,7 @@ class App:
         self.config = config or AppConfig()
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
+        self.resources: dict[str, int] = {}
         self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Store] = (
             weakref.WeakKeyDictionary()
         )
@@ -94,6 +87,7 @@ class App:
         retry: RetryPolicy | None = None,
         executor: Executor | None = None,
         priority: int = 0,
+        resources: Sequence[str] = (),
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(  # type: ignore[misc]  # mypy misreads the positional-only fn
@@ -108,10 +102,13 @@ class App:
         retry: RetryPolicy | None = None,
         executor: Executor | None = None,
         priority: int = 0,
+        resources: Sequence[str] = (),
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler. ``async def`` handlers run on the event loop, plain
         ``def`` handlers in a thread. The handler's first argument is the job context;
-        the job's JSON args come as keyword arguments."""
+        the job's JSON args come as keyword arguments. ``executor="process"`` runs a
+        module-level ``def`` in a child process that can be killed; ``resources`` names
+        pools declared with :meth:`resource` whose slots the job holds while it runs."""
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
@@ -129,11 +126,20 @@ class App:
                 retry=retry or self.config.retry,
                 executor=executor or ("async" if is_async(fn) else "thread"),
                 priority=priority,
+                resources=tuple(resources),
             )
             self.tasks[task_name] = task
             return task
 
         return register(fn) if fn is not None else register
+
+    def resource(self, name: str, capacity: int) -> None:
+        """Declare a pool of ``capacity`` slots that tasks can require."""
+        if not name:
+            raise ConfigError("a resource needs a name")
+        if capacity < 1:
+            raise ConfigError(f"resource {name!r}: capacity must be at least 1")
+        self.resources[name] = capacity
 
     # -- the store -----------------------------------------------------------------------
 
@@ -151,6 +157,8 @@ class App:
                 await store.open()
                 if self.config.auto_migrate:
                     await store.migrate()
+                for name, capacity in self.resources.items():
+                    await store.define_limit(f"resource:{name}", "resource", capacity, False)
                 self._stores[loop] = store
         return store
 
@@ -200,6 +208,11 @@ class App:
             raise InvalidJobError("timeout must be positive")
         if opts.delay < 0:
             raise InvalidJobError("delay must not be negative")
+        if opts.budget is not None and opts.budget <= 0:
+            raise InvalidJobError(f"budget must be positive, got {opts.budget}")
+        limits = ([f"key:{opts.key}"] if opts.key is not None else []) + [
+            f"resource:{r}" for r in task.resources
+        ]
         return NewJob(
             task=task_name,
             args_json=args_json,
@@ -211,6 +224,8 @@ class App:
             delay=opts.delay,
             owner=opts.owner,
             idempotency_key=opts.idempotency_key,
+            budget=opts.budget,
+            limits=tuple(limits),
         )
 
     async def enqueue(
@@ -307,39 +322,144 @@ class App:
         *,
         reason: str | None = None,
         force: bool = False,
+        cascade: bool = True,
         wait: float = DEFAULT_CANCEL_WAIT,
         actor: str | None = None,
-    ) -> CancelResult:
-        """Cancel a job.
+        request_id: str | None = None,
+    ) -> CancellationResult:
+        """Cancel a job and leave a record of how.
 
         A job that is not running is cancelled at once. A running job is asked to stop
-        (``force`` skips the grace period) and this call waits up to ``wait`` seconds
-        for the worker to settle it. Cancelling a job that already succeeded or failed
-        raises :class:`IllegalTransitionError` and changes nothing.
+        (``force`` skips the grace period and kills a process handler) and this call
+        waits up to ``wait`` seconds for its worker to stop it. Repeated or concurrent
+        calls for the same job (or with the same ``request_id``) share one record.
+        Cancelling a job that already succeeded raises :class:`IllegalTransitionError`
+        and changes nothing; a paused job over its budget fails instead.
         """
-        store = await self.store()
-        before = await store.get(job_id)
-        if before is None:
-            raise JobNotFoundError(job_id)
-        if before.state is JobState.CANCELLED:
-            return CancelResult(before, "already_cancelled")
-        if before.is_terminal:
-            raise IllegalTransitionError(job_id, before.state.value, "cancel")
-        job = await store.request_cancel(job_id, reason or "cancelled by request", force, actor)
-        if job.state is JobState.RUNNING and wait > 0:
-            try:
-                job = await self._wait_for(job_id, lambda j: j.state is not JobState.RUNNING, wait)
-            except WaitTimeoutError:
-                job = await self.get(job_id)
-        if job.state is JobState.CANCELLED:
-            return CancelResult(job, "cancelled")
-        if job.state is JobState.RUNNING:
-            return CancelResult(job, "requested")
-        if job.is_terminal:
-            return CancelResult(job, "finished_first")
-        # Released or retried without the cancel being seen cannot happen: the store
-        # turns those into cancelled. Report what is there rather than guess.
-        return CancelResult(job, "requested")
+        service = CancellationService(
+            await self.store(), self._wait_for, self.config.wait_poll_interval
+        )
+        return await service.cancel(
+            job_id,
+            reason=reason or "cancelled by request",
+            force=force,
+            cascade=cascade,
+            wait=wait,
+            actor=actor,
+            request_id=request_id,
+        )
+
+    async def wait_cancelled(self, job_id: int, timeout: float) -> tuple[bool, builtins.list[str]]:
+        """Wait until the job's cancellation has finished; return ``(success, errors)``.
+
+        Event-driven (NOTIFY on PostgreSQL, in-process hints otherwise, polling as the
+        fallback); a cancellation that already finished is answered at once.
+        """
+        await self.get(job_id)
+        service = CancellationService(
+            await self.store(), self._wait_for, self.config.wait_poll_interval
+        )
+        record = await service.wait_settled(job_id, timeout)
+        if record is None:
+            return False, [f"job {job_id} has no cancellation"]
+        if not record.settled:
+            return False, [f"cancellation {record.id} is still {record.status} after {timeout}s"]
+        errors = list((record.result or {}).get("errors", [])) or (
+            [record.error] if record.error else []
+        )
+        return record.status == "completed", errors
+
+    async def cancellation(self, job_id: int) -> CancellationRecord | None:
+        """The job's cancellation record, if it was ever cancelled by request."""
+        await self.get(job_id)
+        row = await (await self.store()).get_cancellation(job_id=job_id, request_id=None)
+        return record_from_row(row) if row is not None else None
+
+    async def cancellations(
+        self, limit: int = 20, offset: int = 0
+    ) -> builtins.list[CancellationRecord]:
+        """Cancellation records, newest first."""
+        rows = await (await self.store()).list_cancellations(limit, offset)
+        return [record_from_row(r) for r in rows]
+
+    async def pause(
+        self, job_id: int, *, reason: str | None = None, actor: str | None = None
+    ) -> Job:
+        """Pause a job: at once if it waits to run, at its next checkpoint if running.
+
+        A paused job keeps its checkpoint; :meth:`resume` queues it again. Pausing a job
+        that is blocked or finished raises :class:`IllegalTransitionError`.
+        """
+        before = await self.get(job_id)
+        if before.state not in (
+            JobState.QUEUED,
+            JobState.RETRYING,
+            JobState.RUNNING,
+            JobState.PAUSED,
+        ):
+            raise IllegalTransitionError(job_id, before.state.value, "pause")
+        return await (await self.store()).request_pause(job_id, reason, actor)
+
+    async def resume(
+        self, job_id: int, *, budget: int | None = None, actor: str | None = None
+    ) -> Job:
+        """Queue a paused job again (optionally with a new budget); it continues from its
+        checkpoint. Withdraws a pause that a running job has not acted on yet."""
+        if budget is not None and budget <= 0:
+            raise InvalidJobError(f"budget must be positive, got {budget}")
+        before = await self.get(job_id)
+        pausing = before.state is JobState.RUNNING and before.pause_requested_at is not None
+        if before.state is not JobState.PAUSED and not pausing:
+            raise IllegalTransitionError(job_id, before.state.value, "resume")
+        return await (await self.store()).resume(job_id, budget, actor)
+
+    async def retry(self, job_id: int, *, actor: str | None = None) -> Job:
+        """Queue a failed job again with a fresh set of attempts."""
+        before = await self.get(job_id)
+        if before.state is not JobState.FAILED:
+            raise IllegalTransitionError(job_id, before.state.value, "retry")
+        return await (await self.store()).retry(job_id, actor)
+
+    async def pause_queue(self, name: str, *, reason: str | None = None) -> None:
+        """Stop all claims from a queue; running jobs finish."""
+        await (await self.store()).set_queue_paused(name, True, reason)
+
+    async def resume_queue(self, name: str) -> None:
+        """Let workers claim from a paused queue again."""
+        await (await self.store()).set_queue_paused(name, False, None)
+
+    async def queues(self) -> builtins.list[QueueInfo]:
+        """Queues with their pause flags and job counts."""
+        return await (await self.store()).list_queues()
+
+    async def configure_key(
+        self, key: str, *, max_running: int = 1, block_on_hold: bool = True
+    ) -> None:
+        """Set how many jobs of a concurrency key may run at once, and whether a paused
+        or failed job under the key blocks it (the default)."""
+        if max_running < 1:
+            raise InvalidJobError("max_running must be at least 1")
+        await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
+
+    async def limits(self) -> builtins.list[LimitInfo]:
+        """Concurrency keys and resource pools, with what blocks them."""
+        return await (await self.store()).list_limits()
+
+    async def artifacts(self, job_id: int) -> builtins.list[ArtifactInfo]:
+        """The artifacts a job saved."""
+        await self.get(job_id)
+        return await (await self.store()).list_artifacts(job_id)
+
+    async def artifact(self, job_id: int, name: str) -> bytes:
+        """One artifact's bytes; raises :class:`LookupError` if there is none."""
+        data = await (await self.store()).get_artifact(job_id, name)
+        if data is None:
+            raise (
+                JobNotFoundError(job_id)
+                if await (await self.store()).get(job_id) is None
+                else (LookupError(f"job {job_id} has no artifact named {name!r}"))
+            )
+        return data
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Wait until the job is succeeded, failed or cancelled; return it.
@@ -385,7 +505,7 @@ class App:
         """Blocking :meth:`get`."""
         return self.run_sync(self.get(job_id))
 
-    def cancel_sync(self, job_id: int, **kwargs: Any) -> CancelResult:
+    def cancel_sync(self, job_id: int, **kwargs: Any) -> CancellationResult:
         """Blocking :meth:`cancel`."""
         return self.run_sync(self.cancel(job_id, **kwargs))
 

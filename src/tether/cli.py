@@ -30,12 +30,14 @@ from rich.table import Table
 from rich.text import Text
 
 from tether import display
-from tether.app import DEFAULT_CANCEL_WAIT, App, CancelResult
+from tether.app import DEFAULT_CANCEL_WAIT, App
+from tether.cancellation import CancellationResult
 from tether.config import WorkerConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
 from tether.job import JSON, Job
 from tether.store import create_store
 from tether.task import EnqueueOptions
+from tether.worker import Worker
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -85,10 +87,10 @@ AppOpt = Annotated[
         show_default=False,
     ),
 ]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
 # The database URL the running command opened, to name it in connection errors.
 _opened: list[str] = []
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -115,7 +117,7 @@ def friendly(fn: Callable[P, T]) -> Callable[P, T]:
         except StoreError as exc:
             # The store's message rarely says which database it could not reach, and
             # a PostgreSQL pool that gave up says why only in its log.
-            where = f" (database {_redact(_opened[-1])})" if _opened else ""
+            where = f" (database {display.redact_url(_opened[-1])})" if _opened else ""
             why = f"; last error: {_pool_errors.last}" if _pool_errors.last else ""
             fail(f"{exc}{where}{why}", EXIT_FAILED)
         except TetherError as exc:
@@ -298,10 +300,8 @@ def worker(
     config = WorkerConfig(
         concurrency=concurrency, queues=queues, name=name, stop_timeout=stop_timeout
     )
-    from tether.worker import Worker
-
     w = Worker(app, config)
-    logging.getLogger("tether.cli").info("database %s", _redact(app.url))
+    logging.getLogger("tether.cli").info("database %s", display.redact_url(app.url))
     run(app, w.run(handle_signals=True))
     # Thread handlers cannot be interrupted: one that ignored its cancel request is
     # abandoned (its lease settled, its writes fenced off) but its thread runs on.
@@ -311,23 +311,12 @@ def worker(
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    return
+    os._exit(0)
 
 
 def _app_queues(app: App) -> tuple[str, ...]:
     queues = [app.config.default_queue, *(t.queue for t in app.tasks.values())]
     return tuple(dict.fromkeys(queues))
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 # -- migrate -----------------------------------------------------------------------------
@@ -598,7 +587,7 @@ def job_cancel(
     out.print(_cancel_message(res))
 
 
-def _cancel_message(res: CancelResult) -> Text:
+def _cancel_message(res: CancellationResult) -> Text:
     j = res.job
     if res.outcome == "cancelled":
         return Text(f"job {j.id} cancelled", style="green")

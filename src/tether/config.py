@@ -16,6 +16,7 @@ from tether.errors import ConfigError
 DEFAULT_DATABASE_URL = "sqlite:///tether.db"
 DEFAULT_QUEUE = "default"
 MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_ARTIFACT_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 3
 
 
@@ -58,6 +59,7 @@ class AppConfig:
     """Settings of an :class:`~tether.App`."""
 
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     auto_migrate: bool = True
     default_queue: str = DEFAULT_QUEUE
     default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -67,6 +69,7 @@ class AppConfig:
 
     def __post_init__(self) -> None:
         _positive("max_payload_bytes", self.max_payload_bytes)
+        _positive("max_artifact_bytes", self.max_artifact_bytes)
         _positive("wait_poll_interval", self.wait_poll_interval)
         if self.default_max_attempts < 1:
             raise ConfigError("default_max_attempts must be at least 1")
@@ -99,6 +102,8 @@ class WorkerConfig:
     # A job that still runs this long after its cancel request is abandoned: its lease
     # is revoked so nothing it writes afterwards counts.
     cancel_timeout: float = 10.0
+    # Process handlers: from SIGTERM until SIGKILL.
+    kill_timeout: float = 5.0
     name: str | None = None
 
     def __post_init__(self) -> None:
@@ -115,6 +120,7 @@ class WorkerConfig:
             "rescue_interval",
             "stop_timeout",
             "cancel_timeout",
+            "kill_timeout",
         ):
             _positive(name, getattr(self, name))
         if self.cancel_grace < 0 or self.self_fence_margin < 0:

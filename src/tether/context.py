@@ -17,7 +17,8 @@ T = TypeVar("T")
 class CancelSignal:
     """Set when the job must stop; readable from the event loop and from threads.
 
-    ``reason`` says why: ``cancel`` (a person asked), ``shutdown`` (the worker is
+    ``reason`` says why: ``cancel`` (a person asked), ``pause`` (a person or the job's
+    budget asked; it will resume from its checkpoint), ``shutdown`` (the worker is
     stopping and the job will be released), or ``lease_lost`` (another worker may own
     the job now; nothing this attempt writes will count).
     """
@@ -63,16 +64,23 @@ class JobContext:
         job: Job,
         *,
         save: Callable[[str], Awaitable[bool]],
+        save_artifact: Callable[[str, bytes], Awaitable[bool]],
         on_lease_lost: Callable[[], None],
+        on_usage: Callable[[int], None],
         max_payload_bytes: int,
+        max_artifact_bytes: int,
     ) -> None:
         self.job = job
         self.cancelled = CancelSignal()
         self.checkpoint: JSON | None = job.checkpoint
         self.progress: tuple[int | None, int | None] = (job.progress_current, job.progress_total)
+        self.usage = job.usage
         self._save = save
+        self._save_artifact = save_artifact
         self._on_lease_lost = on_lease_lost
+        self._on_usage = on_usage
         self._max_payload = max_payload_bytes
+        self._max_artifact = max_artifact_bytes
 
     @property
     def id(self) -> int:
@@ -105,6 +113,27 @@ class JobContext:
     def set_progress(self, current: int, total: int | None = None) -> None:
         """Report progress; it is written with the worker's next heartbeat."""
         self.progress = (current, total if total is not None else self.progress[1])
+
+    def report_usage(self, amount: int) -> None:
+        """Count ``amount`` against the job's budget (tokens, calls, ...).
+
+        Usage is written with the next heartbeat. Going over the budget pauses the job:
+        ``cancelled`` is raised with reason ``pause``.
+        """
+        if amount < 0:
+            raise ValueError("usage must not be negative")
+        self.usage += amount
+        self._on_usage(self.usage)
+
+    async def save_artifact(self, name: str, data: bytes) -> None:
+        """Store ``data`` under ``name``; artifacts outlive failure and cancellation."""
+        if not name or len(name) > 200:
+            raise ValueError("artifact names must be 1 to 200 characters")
+        if len(data) > self._max_artifact:
+            raise PayloadTooLargeError(f"artifact {name!r} exceeds {self._max_artifact} bytes")
+        if not await self._save_artifact(name, bytes(data)):
+            self._on_lease_lost()
+            raise LeaseLostError(f"job {self.id} lost its lease; artifact not saved")
 
 
 class SyncJobContext:
@@ -150,6 +179,16 @@ class SyncJobContext:
     def set_progress(self, current: int, total: int | None = None) -> None:
         """Report progress; it is written with the worker's next heartbeat."""
         self._loop.call_soon_threadsafe(self._ctx.set_progress, current, total)
+
+    def report_usage(self, amount: int) -> None:
+        """Count ``amount`` against the job's budget."""
+        if amount < 0:
+            raise ValueError("usage must not be negative")
+        self._loop.call_soon_threadsafe(self._ctx.report_usage, amount)
+
+    def save_artifact(self, name: str, data: bytes) -> None:
+        """Store an artifact (blocks until written)."""
+        self._call(self._ctx.save_artifact(name, data))
 
     def _call(self, coro: Awaitable[T]) -> T:
         async def run() -> T:

@@ -29,20 +29,23 @@ import random
 import signal
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from tether import display
-from tether.app import App, CancelResult
+from tether.app import App
+from tether.cancellation import CancellationResult
 from tether.config import RetryPolicy, WorkerConfig
 from tether.context import JobContext, SyncJobContext
+from tether.errors import StoreError
 from tether.job import JSON, Job
 from tether.store import create_store
 from tether.worker import Worker
@@ -194,7 +197,7 @@ class DemoRun:
     workers: list[Worker] = field(default_factory=list)
     stop_requests: int = 0
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
-    cancel_done: CancelResult | None = None
+    cancel_done: CancellationResult | None = None
     cancel_target: int | None = None
     cancel_seconds: float = 0.0
 
@@ -233,8 +236,6 @@ class DemoRun:
         logging.getLogger("tether").addHandler(log_handler)
         try:
             if self.interactive:
-                from rich.live import Live
-
                 with Live(
                     self.render(), console=self.console, refresh_per_second=8, transient=False
                 ) as live:
@@ -252,7 +253,7 @@ class DemoRun:
         self.print_summary()
         return 0
 
-    async def drive(self, refresh: Any) -> None:
+    async def drive(self, refresh: Callable[[], None]) -> None:
         """Feed jobs and refresh the view until asked to stop; then stop the workers."""
         feeder = asyncio.create_task(self.feed())
         try:
@@ -287,8 +288,8 @@ class DemoRun:
         self.stop_requests += 1
         if self.stop_requests == 1:
             self.note(
-                "stopping: no new claims; running jobs get 2s, then go back to the queue "
-                "with their checkpoints (Ctrl-C again to release them now)",
+                "stopping: running jobs get 2s, then go back to the queue with their "
+                "checkpoints (Ctrl-C again: at once)",
                 "bold",
             )
         else:
@@ -313,24 +314,38 @@ class DemoRun:
         next_at, n = 1.5, 0
         while True:
             await asyncio.sleep(0.25)
-            if self.elapsed() >= next_at:
-                if pending:
-                    url, pages = pending.pop(0)
-                    next_at += 1.5
-                else:
-                    n += 1
-                    url = MORE_SITES[n % len(MORE_SITES)].format(n=n)
-                    pages = site_pages(url)
-                    next_at += 3.0
-                job = await crawl.enqueue(url=url, pages=pages)
-                self.note(f"job {job.id}: a new crawl arrives for {_short(url)}")
-            if not cancelled and self.elapsed() >= cancel_at:
-                cancelled = await self.cancel_one(long_id)
+            try:
+                if self.elapsed() >= next_at:
+                    gap, n = await self.arrive(pending, n)
+                    next_at += gap
+                if not cancelled and self.elapsed() >= cancel_at:
+                    cancelled = await self.cancel_one(long_id)
+            except StoreError as exc:
+                self.note(f"database error (retrying): {exc}", "red")
+
+    async def arrive(self, pending: list[tuple[str, int]], n: int) -> tuple[float, int]:
+        """Enqueue the next crawl: a remaining sample, else a made-up one.
+
+        Returns the seconds until the next arrival and how many were made up so far.
+        """
+        if pending:
+            (url, pages), gap = pending[0], 1.5
+        else:
+            url, gap = MORE_SITES[(n + 1) % len(MORE_SITES)].format(n=n + 1), 3.0
+            pages = site_pages(url)
+        job = await crawl.enqueue(url=url, pages=pages)
+        if pending:
+            pending.pop(0)
+        else:
+            n += 1
+        self.note(f"job {job.id}: a new crawl arrives for {_short(url)}")
+        return gap, n
 
     async def cancel_one(self, preferred: int) -> bool:
         """Cancel the long crawl (or any running job) and report how it went."""
         target = await self.app.get(preferred)
-        if target.is_terminal:
+        if target.display_state != "running":
+            # Cancelling a queued job is instant and shows little: pick a running one.
             running = [j for j in self.jobs if j.display_state == "running"]
             if not running:
                 return False  # nothing to show yet; try again shortly
@@ -362,7 +377,12 @@ class DemoRun:
 
     async def poll(self) -> None:
         """Read this run's jobs from the database and note what changed."""
-        jobs = await self.app.list(limit=1000)
+        try:
+            jobs = await self.app.list(limit=1000)
+        except StoreError as exc:
+            # The workers ride out an outage; so does the view.
+            self.note(f"database error (retrying): {exc}", "red")
+            return
         self.jobs = [j for j in jobs if j.id > self.baseline]
         for job in sorted(self.jobs, key=lambda j: j.id):
             self.observe(job)
@@ -449,7 +469,7 @@ class DemoRun:
         table = Table(box=None, header_style="bold", expand=True, pad_edge=False)
         table.add_column("id", justify="right", width=4)
         table.add_column("task", width=6)
-        table.add_column("target", ratio=2, no_wrap=True, overflow="ellipsis")
+        table.add_column("target", ratio=2, min_width=22, no_wrap=True, overflow="ellipsis")
         table.add_column("state", width=10)
         table.add_column("progress", width=20, no_wrap=True)
         table.add_column("try", justify="right", width=4)
@@ -478,8 +498,8 @@ class DemoRun:
             log.append("\n")
         log.rstrip()
         hint = Text(
-            "another terminal: tether job list -d "
-            f"{self.database} · tether worker --app tether.demo:app",
+            f"in another terminal: tether job list {self.db_option()} · "
+            f"tether worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip(),
             style="grey50",
         )
         return Group(
@@ -489,6 +509,12 @@ class DemoRun:
             Panel(log, title="events", title_align="left", border_style="grey37"),
             hint,
         )
+
+    def db_option(self, *, for_app: bool = False) -> str:
+        """How other commands reach this run's database."""
+        if self.database == DEMO_DATABASE_URL:
+            return "" if for_app else "--app tether.demo:app"
+        return f"-d {self.database}"
 
     def worker_name(self, worker_id: str | None) -> str:
         """``demo-1`` for our workers; the raw id's tail for others."""
@@ -539,17 +565,15 @@ class DemoRun:
             )
         waiting = sum(1 for j in self.jobs if not j.is_terminal)
         c.print()
-        db = (
-            f"-d {self.database}" if self.database != DEMO_DATABASE_URL else "--app tether.demo:app"
-        )
+        db = self.db_option()
         c.print(Text("explore:", style="bold"))
         c.print(f"  tether job list {db}")
         if self.jobs:
             c.print(f"  tether job show {self.jobs[-1].id} {db}")
         if waiting:
             c.print(
-                f"  tether worker --app tether.demo:app   # runs the {waiting} unfinished jobs, "
-                "resuming from checkpoints"
+                f"  tether worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip()
+                + f"   # runs the {waiting} unfinished jobs, resuming from checkpoints"
             )
 
 
@@ -642,7 +666,7 @@ def main(
     demo = DemoRun(
         app=app,
         console=console,
-        database=url,
+        database=display.redact_url(url),
         duration=duration,
         n_workers=workers,
         concurrency=concurrency,

@@ -10,6 +10,7 @@ import dataclasses
 import enum
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rich.text import Text
 
@@ -100,6 +101,15 @@ def first_line(text: str | None, limit: int = 80) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     line = lines[-1].strip() if lines else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def redact_url(url: str) -> str:
+    """The database URL without its password, for logs and screens."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def to_json(value: Any) -> Any:

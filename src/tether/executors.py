@@ -1,28 +1,270 @@
-"""How a handler runs: on the event loop (async) or in a worker thread (sync).
+"""How a handler runs: on the event loop, in a thread, or in a child process.
 
-Both return an asyncio future. Cancelling it stops an async handler (CancelledError at
-its next await) and abandons a thread handler: the thread runs on, but the worker stops
-waiting for it and its lease is settled, so nothing it writes later counts.
+Every executor returns a :class:`Handle` whose ``future`` settles when the handler is
+done, and whose ``stop`` is the executor's strongest way to end it:
+
+- ``async``: the task is cancelled (``CancelledError`` at its next ``await``);
+- ``thread``: a thread cannot be stopped, so it is abandoned: the worker stops waiting,
+  settles the job, and the thread's later writes fail the lease check;
+- ``process``: SIGTERM, then SIGKILL after ``kill_timeout`` (at once when forced).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import importlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
-from tether.context import JobContext, SyncJobContext
+from tether.context import CancelSignal, JobContext, SyncJobContext
+from tether.errors import Cancelled, Fail, Retry
+from tether.job import JSON
 from tether.task import Task
 
 
-def start_handler(task: Task, ctx: JobContext, threads: ThreadPoolExecutor) -> asyncio.Future[Any]:
-    """Start ``task``'s handler for ``ctx.job`` and return its future."""
-    args = ctx.job.args
+class Handle(Protocol):
+    """A running handler."""
+
+    future: asyncio.Future[Any]
+    stopped_by: str | None
+    """How the worker ended it, if it did: task_cancelled, abandoned, sigterm, sigkill."""
+    abandon_after: float
+    """Seconds after ``stop`` at which the worker gives up waiting for the handler."""
+
+    def stop(self, force: bool) -> None:
+        """End the handler as the executor allows."""
+
+
+class AsyncHandle:
+    """An ``async def`` handler running as a task on the worker's loop."""
+
+    def __init__(self, task: Task, ctx: JobContext, grace: float) -> None:
+        self.future: asyncio.Future[Any] = asyncio.ensure_future(task.fn(ctx, **ctx.job.args))
+        self.stopped_by: str | None = None
+        # A handler that swallows CancelledError is abandoned after a grace.
+        self.abandon_after = grace
+
+    def stop(self, force: bool) -> None:
+        self.stopped_by = "task_cancelled"
+        self.future.cancel()
+
+
+class ThreadHandle:
+    """A plain ``def`` handler running in the worker's thread pool."""
+
+    def __init__(self, task: Task, ctx: JobContext, threads: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        sync_ctx = SyncJobContext(ctx, loop)
+        call = contextvars.copy_context().run
+        args = ctx.job.args
+        self.future = loop.run_in_executor(threads, lambda: call(task.fn, sync_ctx, **args))
+        self.stopped_by: str | None = None
+        self.abandon_after = 0.0
+
+    def stop(self, force: bool) -> None:
+        self.stopped_by = "abandoned"
+        self.future.cancel()
+
+
+class ProcessHandle:
+    """A handler in a child process of its own, which can always be killed.
+
+    The child talks to the worker over a pipe: checkpoints (acknowledged once the
+    fenced write is done), progress, usage, and finally the result or the error.
+    """
+
+    def __init__(self, task: Task, ctx: JobContext, kill_timeout: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.ctx = ctx
+        self.kill_timeout = kill_timeout
+        self.future: asyncio.Future[Any] = self.loop.create_future()
+        self._outcome: tuple[str, Any] | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self.stopped_by: str | None = None
+        self.abandon_after = kill_timeout + 5.0
+        self._saves: set[asyncio.Future[None]] = set()
+        mp = multiprocessing.get_context("spawn")
+        self._conn, child_conn = mp.Pipe()
+        self.proc = mp.Process(
+            target=_child_main,
+            args=(
+                task.fn.__module__,
+                task.fn.__qualname__,
+                ctx.job.args,
+                ctx.checkpoint,
+                child_conn,
+            ),
+            name=f"tether-job-{ctx.job.id}",
+            daemon=True,
+        )
+        self.proc.start()
+        child_conn.close()
+        self.loop.add_reader(self._conn.fileno(), self._on_message)
+        self.loop.add_reader(self.proc.sentinel, self._on_exit)
+
+    def stop(self, force: bool) -> None:
+        if self.proc.exitcode is not None:
+            return
+        if force:
+            self.stopped_by = "sigkill"
+            self._signal(signal.SIGKILL)
+            return
+        self.stopped_by = self.stopped_by or "sigterm"
+        self._signal(signal.SIGTERM)
+        if self._kill_timer is None:
+            self._kill_timer = self.loop.call_later(self.kill_timeout, self._escalate)
+
+    def _escalate(self) -> None:
+        if self.proc.exitcode is None:
+            self.stopped_by = "sigkill"
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+
+    def _on_message(self) -> None:
+        try:
+            msg = self._conn.recv()
+        except (EOFError, OSError):
+            self.loop.remove_reader(self._conn.fileno())
+            return
+        kind = msg[0]
+        if kind == "checkpoint":
+            saving = asyncio.ensure_future(self._save(msg[1]))
+            self._saves.add(saving)
+            saving.add_done_callback(self._saves.discard)
+        elif kind == "progress":
+            self.ctx.set_progress(msg[1], msg[2])
+        elif kind == "usage":
+            self.ctx.report_usage(msg[1])
+        elif kind in ("result", "error"):
+            self._outcome = (kind, msg[1:])
+
+    async def _save(self, data: JSON) -> None:
+        try:
+            await self.ctx.save_checkpoint(data)
+            reply = "ok"
+        except Exception as exc:  # the child raises it as its own error
+            reply = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(OSError):
+            self._conn.send(reply)
+
+    def _on_exit(self) -> None:
+        self.loop.remove_reader(self.proc.sentinel)
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self._conn.fileno())
+        # Drain what the child sent just before it exited.
+        while self._outcome is None and self._conn.poll():
+            self._on_message()
+        self.proc.join()
+        self._conn.close()
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        if self.future.done():
+            return
+        if self._outcome is None:
+            code = self.proc.exitcode
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            self.future.set_exception(RuntimeError(f"job process ended by {how}"))
+        elif self._outcome[0] == "result":
+            self.future.set_result(self._outcome[1][0])
+        else:
+            self.future.set_exception(_rebuild(*self._outcome[1]))
+
+
+def _rebuild(kind: str, message: str, delay: float | None) -> BaseException:
+    if kind == "fail":
+        return Fail(message)
+    if kind == "retry":
+        return Retry(message, delay)
+    if kind == "cancelled":
+        return Cancelled(message)
+    return RuntimeError(message)
+
+
+class ProcessJobContext:
+    """The context a process handler gets: the same names, backed by the pipe."""
+
+    def __init__(
+        self, job_id: int, checkpoint: JSON | None, conn: multiprocessing.connection.Connection
+    ) -> None:
+        self.id = job_id
+        self.checkpoint = checkpoint
+        self.cancelled = CancelSignal()
+        self._conn = conn
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` once SIGTERM has arrived."""
+        if self.cancelled.is_set():
+            raise Cancelled(self.cancelled.reason or "cancel")
+
+    def save_checkpoint(self, data: JSON) -> None:
+        """Durably save ``data`` through the worker (blocks until written)."""
+        self._conn.send(("checkpoint", data))
+        reply = self._conn.recv()
+        if reply != "ok":
+            raise RuntimeError(f"checkpoint not saved: {reply}")
+        self.checkpoint = data
+
+    def set_progress(self, current: int, total: int | None = None) -> None:
+        """Report progress."""
+        self._conn.send(("progress", current, total))
+
+    def report_usage(self, amount: int) -> None:
+        """Count usage against the job's budget."""
+        self._conn.send(("usage", amount))
+
+
+def _child_main(
+    module: str,
+    qualname: str,
+    args: dict[str, JSON],
+    checkpoint: JSON | None,
+    conn: multiprocessing.connection.Connection,
+) -> None:
+    ctx = ProcessJobContext(0, checkpoint, conn)
+
+    def on_term(signum: int, frame: object) -> None:
+        ctx.cancelled._flag.set()
+        ctx.cancelled.reason = "cancel"
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides, not Ctrl-C
+    try:
+        target: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        fn: Callable[..., Any] = getattr(target, "fn", target)
+        result = fn(ctx, **args)
+        conn.send(("result", result))
+    except Fail as exc:
+        conn.send(("error", "fail", str(exc), None))
+    except Retry as exc:
+        conn.send(("error", "retry", str(exc), exc.delay))
+    except Cancelled as exc:
+        conn.send(("error", "cancelled", str(exc), None))
+    except BaseException as exc:
+        conn.send(("error", "other", "".join(traceback.format_exception(exc))[-4000:], None))
+    finally:
+        conn.close()
+
+
+def start_handler(
+    task: Task, ctx: JobContext, threads: ThreadPoolExecutor, *, grace: float, kill_timeout: float
+) -> Handle:
+    """Start ``task``'s handler for ``ctx.job``."""
     if task.executor == "async":
-        fut: asyncio.Future[Any] = asyncio.ensure_future(task.fn(ctx, **args))
-        return fut
-    loop = asyncio.get_running_loop()
-    sync_ctx = SyncJobContext(ctx, loop)
-    call = contextvars.copy_context().run
-    return loop.run_in_executor(threads, lambda: call(task.fn, sync_ctx, **args))
+        return AsyncHandle(task, ctx, grace)
+    if task.executor == "thread":
+        return ThreadHandle(task, ctx, threads)
+    return ProcessHandle(task, ctx, kill_timeout)

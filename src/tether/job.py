@@ -44,6 +44,17 @@ class Job:
     error: str | None
     owner: str | None
     idempotency_key: str | None
+    pause_requested_at: datetime | None = None
+    pause_reason: str | None = None
+    budget: int | None = None
+    usage: int = 0
+    limits: tuple[str, ...] = ()
+    stopped_by: str | None = None
+
+    @property
+    def key_limit(self) -> str | None:
+        """The limit name of this job's concurrency key, if it has one."""
+        return f"key:{self.key}" if self.key is not None else None
 
     @property
     def is_terminal(self) -> bool:
@@ -55,6 +66,8 @@ class Job:
         """The state as people see it: a running job with a cancel request is cancelling."""
         if self.state is JobState.RUNNING and self.cancel_requested_at is not None:
             return "cancelling"
+        if self.state is JobState.RUNNING and self.pause_requested_at is not None:
+            return "pausing"
         return self.state.value
 
 
@@ -72,6 +85,8 @@ class NewJob:
     delay: float = 0.0
     owner: str | None = None
     idempotency_key: str | None = None
+    budget: int | None = None
+    limits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,7 @@ class Beat:
     lease_token: int
     progress_current: int | None = None
     progress_total: int | None = None
+    usage: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,7 @@ class ControlRequest:
     job_id: int
     cancel: bool
     force: bool
+    pause: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +162,8 @@ class Outcome:
     error: str | None = None
     delay: float = 0.0
     reason: str | None = None
+    stopped_by: str | None = None
+    usage: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,3 +179,64 @@ class JobFilter:
     limit: int = 100
     offset: int = 0
     ids: tuple[int, ...] | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue: whether it is paused, and its jobs by state."""
+
+    name: str
+    paused: bool
+    reason: str | None
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class LimitInfo:
+    """A concurrency key or resource pool, with why it may be blocked."""
+
+    name: str
+    kind: str
+    capacity: int
+    used: int
+    held: int
+    block_on_hold: bool
+    queued: int = 0
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """Why no more jobs under this limit can start now, or ``None``."""
+        if self.held and self.block_on_hold:
+            return f"{self.held} paused or failed job(s) hold the key"
+        if self.used >= self.capacity:
+            return f"at capacity ({self.used}/{self.capacity} running)"
+        return None
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    """An artifact a job saved (the bytes are fetched separately)."""
+
+    job_id: int
+    name: str
+    size: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class CancellationRow:
+    """A persisted cancellation record, as the store keeps it."""
+
+    id: str
+    job_id: int
+    request_id: str | None
+    reason: str | None
+    force: bool
+    cascade: bool
+    initiated_by: str | None
+    initiated_at: datetime
+    status: str
+    steps: list[dict[str, Any]]
+    result: dict[str, Any] | None
+    error: str | None
+    completed_at: datetime | None

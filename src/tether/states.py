@@ -40,10 +40,11 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # running -> queued is a release (shutdown); running -> blocked waits for children.
     R: frozenset({S, F, RT, Q, P, C, B}),
     RT: frozenset({R, P, C}),
-    P: frozenset({Q, C}),
+    # Cancelling a job paused over its budget fails it instead (it did not finish its work).
+    P: frozenset({Q, C, F}),
     S: frozenset(),
-    # A person may retry a failed job; nothing else leaves a terminal state.
-    F: frozenset({Q}),
+    # A person may retry a failed job, or dismiss it (cancel) to unblock its key.
+    F: frozenset({Q, C}),
     C: frozenset(),
 }
 

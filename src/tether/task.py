@@ -15,7 +15,7 @@ from tether.job import JSON, Job
 if TYPE_CHECKING:
     from tether.app import App
 
-Executor = Literal["async", "thread"]
+Executor = Literal["async", "thread", "process"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class EnqueueOptions:
     timeout: float | None = None
     idempotency_key: str | None = None
     owner: str | None = None
+    budget: int | None = None
 
 
 class Task:
@@ -47,6 +48,7 @@ class Task:
         retry: RetryPolicy,
         executor: Executor,
         priority: int = 0,
+        resources: tuple[str, ...] = (),
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"task {name}: max_attempts must be at least 1")
@@ -54,8 +56,19 @@ class Task:
             raise ConfigError(f"task {name}: timeout must be positive")
         if executor == "async" and not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"task {name}: executor='async' needs an async def handler")
-        if executor == "thread" and inspect.iscoroutinefunction(fn):
-            raise ConfigError(f"task {name}: executor='thread' needs a plain def handler")
+        if executor in ("thread", "process") and inspect.iscoroutinefunction(fn):
+            raise ConfigError(f"task {name}: executor={executor!r} needs a plain def handler")
+        if executor == "process" and "<locals>" in fn.__qualname__:
+            raise ConfigError(
+                f"task {name}: a process handler must be defined at module level, so the "
+                "child process can import it"
+            )
+        unknown = sorted(set(resources) - set(app.resources))
+        if unknown:
+            raise ConfigError(
+                f"task {name}: unknown resource(s) {', '.join(unknown)}; declare them first "
+                "with app.resource(name, capacity=N)"
+            )
         self.app = app
         self.fn = fn
         self.name = name
@@ -65,6 +78,7 @@ class Task:
         self.retry = retry
         self.executor = executor
         self.priority = priority
+        self.resources = resources
         self.__doc__ = fn.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

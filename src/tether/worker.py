@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from tether import hints as h
 from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import ConfigError, Fail, Retry
-from tether.executors import start_handler
+from tether.executors import Handle, start_handler
 from tether.job import Beat, Job, Outcome
 from tether.maintenance import Rescuer
 from tether.procinfo import hostname, start_time
@@ -53,9 +54,10 @@ class Run:
     job: Job
     task: Task
     ctx: JobContext
-    handler: asyncio.Future[Any] | None = None
+    handle: Handle | None = None
     settled: asyncio.Future[tuple[str, Any]] = field(default_factory=asyncio.Future)
     interrupt: str | None = None
+    detail: str | None = None
     stopped_by_us: bool = False
     timed_out: bool = False
     finishing: bool = False
@@ -113,7 +115,7 @@ class Heartbeater(Service):
         w = self.worker
         loop = asyncio.get_running_loop()
         runs = [r for r in w.running.values() if r.interrupt != "lease_lost"]
-        beats = [Beat(r.job.id, r.job.lease_token, *r.ctx.progress) for r in runs]
+        beats = [_beat(r) for r in runs]
         sent = loop.time()
         # A stalled or blackholed connection must not keep us waiting past the moment
         # we have to stop our jobs: another worker may take them once the leases end.
@@ -137,6 +139,8 @@ class Heartbeater(Service):
             held = w.running.get(req.job_id)
             if held is not None and req.cancel:
                 w.interrupt(held, "cancel", force=req.force)
+            elif held is not None and req.pause:
+                w.interrupt(held, "pause", detail="pause requested")
         return len(beats)
 
     @property
@@ -367,8 +371,13 @@ class Worker:
         ctx = JobContext(
             job,
             save=lambda data: self.store.save_checkpoint(job.id, job.lease_token, data),
+            save_artifact=lambda name, data: self.store.save_artifact(
+                job.id, job.lease_token, name, data
+            ),
             on_lease_lost=lambda: self._lease_lost(job.id),
+            on_usage=lambda usage: self._check_budget(job.id, usage),
             max_payload_bytes=self.app.config.max_payload_bytes,
+            max_artifact_bytes=self.app.config.max_artifact_bytes,
         )
         run = Run(job, task, ctx)
         self.running[job.id] = run
@@ -381,19 +390,33 @@ class Worker:
         if run is not None:
             self.interrupt(run, "lease_lost")
 
+    def _check_budget(self, job_id: int, usage: int) -> None:
+        run = self.running.get(job_id)
+        budget = run.job.budget if run is not None else None
+        if run is not None and budget is not None and usage > budget:
+            self.interrupt(run, "pause", detail=f"budget exceeded: used {usage} of {budget}")
+
     async def _execute(self, run: Run) -> None:
         job = run.job
         loop = asyncio.get_running_loop()
         try:
             log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
-            run.handler = start_handler(run.task, run.ctx, self._threads)
-            run.handler.add_done_callback(lambda f: self._settle(run, f))
+            run.handle = start_handler(
+                run.task,
+                run.ctx,
+                self._threads,
+                grace=self.config.cancel_grace,
+                kill_timeout=self.config.kill_timeout,
+            )
+            run.handle.future.add_done_callback(lambda f: self._settle(run, f))
             if job.timeout:
                 run.timers.append(loop.call_later(job.timeout, self._time_out, run))
             kind, value = await run.settled
             outcome = self._outcome(run, kind, value)
             if outcome is None:
                 return
+            if run.ctx.usage != job.usage:
+                outcome = dataclasses.replace(outcome, usage=run.ctx.usage)
             run.finishing = True
             accepted = await self.completer.submit(outcome)
             if accepted:
@@ -428,40 +451,51 @@ class Worker:
 
     def _time_out(self, run: Run) -> None:
         run.timed_out = True
-        self._stop_handler(run)
+        self._stop_handler(run, force=True)
 
-    def interrupt(self, run: Run, reason: str, *, force: bool = False) -> None:
-        """Ask a running job to stop: ``cancel``, ``shutdown`` or ``lease_lost``.
+    def interrupt(
+        self, run: Run, reason: str, *, force: bool = False, detail: str | None = None
+    ) -> None:
+        """Ask a running job to stop: ``cancel``, ``pause``, ``shutdown`` or ``lease_lost``.
 
-        The handler sees ``ctx.cancelled`` at once. Its future is cancelled at once for a
-        lost lease or ``force``, otherwise after ``cancel_grace`` (async handlers) or
-        ``cancel_timeout`` (thread handlers, which only stop cooperatively).
+        The handler sees ``ctx.cancelled`` at once. A lost lease or ``force`` stops it at
+        once (a process gets SIGKILL). Otherwise an async handler gets ``cancel_grace``
+        before its task is cancelled, a process gets SIGTERM now and SIGKILL after
+        ``kill_timeout``, and a thread handler, which can only stop cooperatively, is
+        abandoned after ``cancel_timeout``.
         """
         if run.interrupt is None or reason == "lease_lost":
             run.interrupt = reason
+            run.detail = detail
         run.ctx.cancelled.set(reason)
-        if run.handler is None or run.handler.done():
+        handle = run.handle
+        if handle is None or handle.future.done():
+            return
+        if reason == "lease_lost" or force:
+            self._stop_handler(run, force=True)
             return
         loop = asyncio.get_running_loop()
-        if reason == "lease_lost" or force:
-            self._stop_handler(run)
+        if run.task.executor == "process":
+            self._stop_handler(run, force=False)
         elif run.task.executor == "async":
             run.timers.append(loop.call_later(self.config.cancel_grace, self._stop_handler, run))
         else:
             run.timers.append(loop.call_later(self.config.cancel_timeout, self._stop_handler, run))
 
-    def _stop_handler(self, run: Run) -> None:
-        if run.handler is None or run.handler.done() or run.settled.done():
+    def _stop_handler(self, run: Run, force: bool = False) -> None:
+        handle = run.handle
+        if handle is None or handle.future.done() or run.settled.done():
             return
         run.stopped_by_us = True
-        run.handler.cancel()
-        # An async handler that swallows CancelledError is abandoned after a grace.
+        handle.stop(force)
         loop = asyncio.get_running_loop()
-        run.timers.append(loop.call_later(self.config.cancel_grace, self._abandon, run))
+        run.timers.append(loop.call_later(handle.abandon_after, self._abandon, run))
 
     def _abandon(self, run: Run) -> None:
         if not run.settled.done():
-            log.warning("job %s ignored cancellation; abandoning it", run.job.id)
+            log.warning("job %s ignored being stopped; abandoning it", run.job.id)
+            if run.handle is not None:
+                run.handle.stopped_by = "abandoned"
             run.settled.set_result(("cancelled", None))
 
     def _outcome(self, run: Run, kind: str, value: Any) -> Outcome | None:
@@ -476,13 +510,30 @@ class Worker:
             if len(encoded.encode()) > self.app.config.max_payload_bytes:
                 return self._failure(run, Fail("result exceeds the payload size limit"))
             return Outcome(job.id, job.lease_token, JobState.SUCCEEDED, result_json=encoded)
+        stopped_by = (run.handle.stopped_by if run.handle else None) or "cooperative"
         if run.interrupt == "cancel":
             return Outcome(
-                job.id, job.lease_token, JobState.CANCELLED, error="cancelled while running"
+                job.id,
+                job.lease_token,
+                JobState.CANCELLED,
+                error=f"cancelled while running (stopped: {stopped_by})",
+                stopped_by=stopped_by,
+            )
+        if run.interrupt == "pause":
+            return Outcome(
+                job.id,
+                job.lease_token,
+                JobState.PAUSED,
+                reason=run.detail or "pause requested",
+                stopped_by=stopped_by,
             )
         if run.interrupt == "shutdown":
             return Outcome(
-                job.id, job.lease_token, JobState.QUEUED, reason="released at worker shutdown"
+                job.id,
+                job.lease_token,
+                JobState.QUEUED,
+                reason="released at worker shutdown",
+                stopped_by=stopped_by,
             )
         if run.timed_out:
             return self._failure(run, TimeoutError(f"timed out after {job.timeout}s"))
@@ -511,13 +562,18 @@ class Worker:
 
     def beats(self) -> list[Beat]:
         """The leases the next heartbeat would extend."""
-        return [Beat(r.job.id, r.job.lease_token, *r.ctx.progress) for r in self.running.values()]
+        return [_beat(r) for r in self.running.values()]
 
     async def wait_idle(self, timeout: float = 30.0) -> None:
         """Wait until no job runs on this worker (for tests and the demo)."""
         async with asyncio.timeout(timeout):
             while self.running:
                 await asyncio.wait(list(self._execs))
+
+
+def _beat(run: Run) -> Beat:
+    usage = run.ctx.usage if run.ctx.usage != run.job.usage else None
+    return Beat(run.job.id, run.job.lease_token, *run.ctx.progress, usage=usage)
 
 
 def _first_line(text: str) -> str:

@@ -16,14 +16,21 @@ def test_succeeded_and_cancelled_are_final(state: JobState) -> None:
     assert TRANSITIONS[state] == frozenset()
 
 
-def test_only_a_person_brings_a_failed_job_back_to_the_queue() -> None:
-    assert TRANSITIONS[JobState.FAILED] == {JobState.QUEUED}
+def test_a_failed_job_can_only_be_retried_or_dismissed() -> None:
+    assert TRANSITIONS[JobState.FAILED] == {JobState.QUEUED, JobState.CANCELLED}
 
 
 def test_only_running_jobs_finish() -> None:
     for state in JobState:
-        for end in (JobState.SUCCEEDED, JobState.FAILED, JobState.RETRYING):
+        for end in (JobState.SUCCEEDED, JobState.RETRYING):
             assert can_transition(state, end) == (state is JobState.RUNNING)
+
+
+def test_only_running_jobs_and_paused_jobs_over_budget_fail() -> None:
+    assert {s for s in JobState if can_transition(s, JobState.FAILED)} == {
+        JobState.RUNNING,
+        JobState.PAUSED,
+    }
 
 
 def test_only_claimable_states_start_running() -> None:
@@ -31,8 +38,9 @@ def test_only_claimable_states_start_running() -> None:
     assert starters == CLAIMABLE
 
 
-def test_every_active_state_can_be_cancelled() -> None:
-    assert {s for s in JobState if can_transition(s, JobState.CANCELLED)} == ACTIVE
+def test_every_active_state_and_failed_can_be_cancelled() -> None:
+    cancellable = {s for s in JobState if can_transition(s, JobState.CANCELLED)}
+    assert cancellable == ACTIVE | {JobState.FAILED}
 
 
 def test_terminal_and_active_partition_the_states() -> None:

@@ -14,13 +14,17 @@ from typing import Protocol, runtime_checkable
 
 from tether.hints import Hints
 from tether.job import (
+    ArtifactInfo,
     Beat,
+    CancellationRow,
     HeartbeatResult,
     Job,
     JobEvent,
     JobFilter,
+    LimitInfo,
     NewJob,
     Outcome,
+    QueueInfo,
     WorkerInfo,
 )
 
@@ -92,6 +96,69 @@ class Store(Protocol):
         Returns the job after the change. A terminal job is returned unchanged, so the
         caller can say what happened. Raises ``JobNotFoundError``.
         """
+
+    async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
+        """Pause a queued or retrying job at once; flag a running one. Others unchanged."""
+
+    async def resume(self, job_id: int, budget: int | None, actor: str | None) -> Job:
+        """Queue a paused job again (or withdraw a pending pause). Others unchanged."""
+
+    async def retry(self, job_id: int, actor: str | None) -> Job:
+        """Queue a failed job again with fresh attempts. Others unchanged."""
+
+    # -- queues, limits, artifacts, cancellations ----------------------------------------
+
+    async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
+        """Pause or resume claims from a queue."""
+
+    async def list_queues(self) -> list[QueueInfo]:
+        """Every queue that has jobs or a pause flag."""
+
+    async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:
+        """Create or change a concurrency key or resource pool."""
+
+    async def list_limits(self) -> list[LimitInfo]:
+        """Every key and resource pool with its counters."""
+
+    async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
+        """Fenced write of an artifact; ``False`` means the lease is lost."""
+
+    async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
+        """A job's artifacts (without their bytes)."""
+
+    async def get_artifact(self, job_id: int, name: str) -> bytes | None:
+        """One artifact's bytes."""
+
+    async def create_cancellation(
+        self,
+        cancellation_id: str,
+        job_id: int,
+        request_id: str | None,
+        reason: str | None,
+        force: bool,
+        cascade: bool,
+        initiated_by: str | None,
+    ) -> tuple[CancellationRow, bool]:
+        """Create the job's cancellation record, or return the existing one (``False``)."""
+
+    async def update_cancellation(
+        self,
+        cancellation_id: str,
+        status: str,
+        steps: list[dict[str, object]],
+        result: dict[str, object] | None,
+        error: str | None,
+        final: bool,
+    ) -> None:
+        """Record a cancellation's progress; ``final`` stamps its completion."""
+
+    async def get_cancellation(
+        self, *, job_id: int | None, request_id: str | None
+    ) -> CancellationRow | None:
+        """The cancellation record of a job, or with a request id."""
+
+    async def list_cancellations(self, limit: int, offset: int) -> list[CancellationRow]:
+        """Cancellation records, newest first."""
 
     # -- workers -----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, LiteralString
@@ -22,19 +23,30 @@ from tether import hints as h
 from tether.errors import JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
+    ArtifactInfo,
     Beat,
+    CancellationRow,
     ControlRequest,
     HeartbeatResult,
     Job,
     JobEvent,
     JobFilter,
+    LimitInfo,
     NewJob,
     Outcome,
+    QueueInfo,
     WorkerInfo,
 )
 from tether.states import ACTIVE, TERMINAL, transition_pairs
 from tether.store.base import PidAlive, load_migrations
-from tether.store.rows import JOB_COLUMNS, RESCUE_STATE, RowReader, effective_state
+from tether.store.rows import (
+    CANCEL_STATE,
+    CANCELLABLE_SQL,
+    JOB_COLUMNS,
+    RESCUE_STATE,
+    RowReader,
+    effective_state,
+)
 
 log = logging.getLogger("tether.store")
 Conn = psycopg.AsyncConnection[dict[str, Any]]
@@ -50,11 +62,13 @@ ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 
 Q_ENQUEUE: LiteralString = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout,
-                         run_at, owner, idempotency_key, actor)
-SELECT t, a::jsonb, q, p, k, 'queued', m, tmo, now() + make_interval(secs => d), o, ik, 'enqueue'
+                         run_at, owner, idempotency_key, actor, budget, limits)
+SELECT t, a::jsonb, q, p, k, 'queued', m, tmo, now() + make_interval(secs => d), o, ik,
+       'enqueue', b, CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(
+           l::jsonb)) END
 FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-            %s::float8[], %s::float8[], %s::text[], %s::text[])
-     AS x(t, a, q, p, k, m, tmo, d, o, ik)
+            %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::text[])
+     AS x(t, a, q, p, k, m, tmo, d, o, ik, b, l)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {JOB_COLUMNS}
 """
@@ -68,59 +82,53 @@ SELECT pg_advisory_xact_lock(%s, h) FROM (
 """
 
 Q_CLAIM: LiteralString = f"""
-WITH picked AS (
-    -- One ordered index scan per queue, then the best of them across queues.
-    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name), LATERAL (
-        SELECT id, priority, run_at FROM tether_jobs
-        WHERE queue = q.name AND state IN ('queued', 'retrying') AND run_at <= now()
-          AND task = ANY(%(tasks)s)
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT %(limit)s
-)
-UPDATE tether_jobs j SET state = 'running', attempt = j.attempt + 1, worker_id = %(worker)s,
-    lease_token = j.lease_token + 1, lease_expires_at = now() + make_interval(secs => %(lease)s),
-    heartbeat_at = now(), started_at = now(), result = NULL, actor = 'worker', reason = NULL
-FROM picked WHERE j.id = picked.id
-RETURNING {", ".join("j." + c.strip() for c in JOB_COLUMNS.split(","))}
+SELECT {JOB_COLUMNS} FROM tether_claim(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
 """
 
 Q_HEARTBEAT: LiteralString = """
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(cur)s::bigint[],
-                         %(tot)s::bigint[]) AS v(id, token, cur, tot)
+                         %(tot)s::bigint[], %(usage)s::bigint[]) AS v(id, token, cur, tot, usage)
 ), w AS (
     UPDATE tether_workers SET heartbeat_at = now() WHERE id = %(worker)s
 )
 UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
     heartbeat_at = now(),
     progress_current = COALESCE(v.cur, j.progress_current),
-    progress_total = COALESCE(v.tot, j.progress_total)
+    progress_total = COALESCE(v.tot, j.progress_total),
+    usage = COALESCE(v.usage, j.usage)
 FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
-RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
+          j.pause_requested_at IS NOT NULL AS pause
 """
 
-_EFF = effective_state("v.state")
+_EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
 # One statement: the fenced update, then one NOTIFY for all the ids it changed.
 Q_FINISH: LiteralString = f"""
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
                          %(results)s::text[], %(errors)s::text[], %(delays)s::float8[],
-                         %(reasons)s::text[]) AS v(id, token, state, result, error, delay, reason)
+                         %(reasons)s::text[], %(usage)s::bigint[], %(stopped)s::text[])
+        AS v(id, token, state, result, error, delay, reason, usage, stopped_by)
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
         error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
-        attempt = CASE WHEN v.state = 'queued' THEN j.attempt - 1 ELSE j.attempt END,
+        -- A release or a pause does not spend the attempt.
+        attempt = CASE WHEN v.state IN ('queued', 'paused') THEN j.attempt - 1
+                  ELSE j.attempt END,
         run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
                  ELSE j.run_at END,
         finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
-        lease_expires_at = NULL, actor = %(worker)s,
+        lease_expires_at = NULL, actor = %(worker)s, usage = COALESCE(v.usage, j.usage),
+        stopped_by = v.stopped_by,
+        pause_requested_at = CASE WHEN {_EFF} = 'paused' THEN j.pause_requested_at END,
+        pause_reason = CASE WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
+                       ELSE j.pause_reason END,
         reason = CASE WHEN {_EFF} = 'cancelled'
-                 THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested') ELSE v.reason END
+                      THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested')
+                      WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
+                      ELSE v.reason END
     FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
     RETURNING j.id, j.state
 ), changed AS (
@@ -135,12 +143,39 @@ FROM u
 
 Q_CANCEL: LiteralString = f"""
 UPDATE tether_jobs SET
-    state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+    state = {CANCEL_STATE},
     finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
     cancel_requested_at = COALESCE(cancel_requested_at, now()),
     cancel_reason = COALESCE(cancel_reason, %(reason)s),
     cancel_force = cancel_force OR %(force)s, actor = %(actor)s, reason = %(reason)s
-WHERE id = %(id)s AND state IN ({ACTIVE_SQL})
+WHERE id = %(id)s AND state IN ({CANCELLABLE_SQL})
+RETURNING state
+"""
+
+Q_PAUSE: LiteralString = """
+UPDATE tether_jobs SET
+    state = CASE WHEN state = 'running' THEN state ELSE 'paused' END,
+    pause_requested_at = COALESCE(pause_requested_at, now()),
+    pause_reason = COALESCE(%(reason)s, pause_reason), actor = %(actor)s,
+    reason = COALESCE(%(reason)s, 'paused')
+WHERE id = %(id)s AND state IN ('queued', 'retrying', 'running')
+RETURNING state
+"""
+
+Q_RESUME: LiteralString = """
+UPDATE tether_jobs SET
+    state = CASE WHEN state = 'paused' THEN 'queued' ELSE state END,
+    run_at = CASE WHEN state = 'paused' THEN now() ELSE run_at END,
+    pause_requested_at = NULL, pause_reason = NULL, budget = COALESCE(%(budget)s, budget),
+    actor = %(actor)s, reason = 'resumed'
+WHERE id = %(id)s AND (state = 'paused' OR (state = 'running' AND pause_requested_at IS NOT NULL))
+RETURNING state
+"""
+
+Q_RETRY: LiteralString = """
+UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
+    actor = %(actor)s, reason = 'retried by a person'
+WHERE id = %(id)s AND state = 'failed'
 RETURNING state
 """
 
@@ -153,6 +188,7 @@ UPDATE tether_jobs SET state = {RESCUE_STATE},
             || attempt || '/' || max_attempts || ')',
     actor = 'rescuer',
     reason = CASE WHEN cancel_requested_at IS NOT NULL THEN 'rescued with a pending cancel'
+             WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause'
              WHEN worker_id IN (SELECT id FROM dead) THEN 'worker dead'
              ELSE 'lease expired' END
 WHERE state = 'running'
@@ -288,7 +324,7 @@ class PostgresStore:
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         if not jobs:
             return []
-        cols: list[list[Any]] = [[] for _ in range(10)]
+        cols: list[list[Any]] = [[] for _ in range(12)]
         for j in jobs:
             for col, value in zip(
                 cols,
@@ -304,6 +340,8 @@ class PostgresStore:
                     float(j.delay),
                     j.owner,
                     j.idempotency_key,
+                    j.budget,
+                    json.dumps(j.limits) if j.limits else None,
                 ),
                 strict=True,
             ):
@@ -407,6 +445,191 @@ class PostgresStore:
             raise JobNotFoundError(job_id)
         return self._rows.job(found)
 
+    async def _control(
+        self, query: LiteralString, args: dict[str, Any], job_id: int, running_channel: str
+    ) -> Job:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(query, args)
+            row = await cur.fetchone()
+            cur = await conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
+            )
+            found = await cur.fetchone()
+            if row is not None and found is not None:
+                channel = running_channel if row["state"] == "running" else "tether_changed"
+                await self._notify(conn, channel, [str(job_id)])
+                if row["state"] == "queued":
+                    await self._notify(conn, "tether_enqueued", [found["queue"]])
+        if found is None:
+            raise JobNotFoundError(job_id)
+        return self._rows.job(found)
+
+    async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
+        args = {"id": job_id, "reason": reason, "actor": actor}
+        return await self._control(Q_PAUSE, args, job_id, "tether_control")
+
+    async def resume(self, job_id: int, budget: int | None, actor: str | None) -> Job:
+        args = {"id": job_id, "budget": budget, "actor": actor}
+        return await self._control(Q_RESUME, args, job_id, "tether_changed")
+
+    async def retry(self, job_id: int, actor: str | None) -> Job:
+        return await self._control(
+            Q_RETRY, {"id": job_id, "actor": actor}, job_id, "tether_changed"
+        )
+
+    # -- queues, limits, artifacts, cancellations ----------------------------------------
+
+    async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO tether_queues (name, paused, reason) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, "
+                "reason = excluded.reason, changed_at = now()",
+                (name, paused, reason),
+            )
+            if not paused:
+                await self._notify(conn, "tether_enqueued", [name])
+
+    async def list_queues(self) -> list[QueueInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT queue, state, COUNT(*) AS n FROM tether_jobs GROUP BY 1, 2"
+            )
+            counts: dict[str, dict[str, int]] = {}
+            for r in await cur.fetchall():
+                counts.setdefault(r["queue"], {})[r["state"]] = r["n"]
+            cur = await conn.execute("SELECT name, paused, reason FROM tether_queues")
+            flags = {r["name"]: (r["paused"], r["reason"]) for r in await cur.fetchall()}
+        return [
+            QueueInfo(name, *flags.get(name, (False, None)), counts.get(name, {}))
+            for name in sorted(set(counts) | set(flags))
+        ]
+
+    async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO tether_limits (name, kind, capacity, block_on_hold) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                "capacity = excluded.capacity, block_on_hold = excluded.block_on_hold",
+                (name, kind, capacity, block_on_hold),
+            )
+            await self._notify(conn, "tether_enqueued", [h.ANY])
+
+    async def list_limits(self) -> list[LimitInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT l.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.key IS NOT NULL "
+                "AND 'key:' || j.key = l.name AND j.state IN ('queued', 'retrying')) AS queued "
+                "FROM tether_limits l ORDER BY l.name"
+            )
+            return [self._rows.limit(r) for r in await cur.fetchall()]
+
+    async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "INSERT INTO tether_artifacts (job_id, name, size, data) "
+                "SELECT %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tether_jobs "
+                "WHERE id = %s AND lease_token = %s AND state = 'running') "
+                "ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, "
+                "data = excluded.data, created_at = now()",
+                (job_id, name, len(data), data, job_id, lease_token),
+            )
+            return cur.rowcount == 1
+
+    async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT job_id, name, size, created_at FROM tether_artifacts "
+                "WHERE job_id = %s ORDER BY name",
+                (job_id,),
+            )
+            return [self._rows.artifact(r) for r in await cur.fetchall()]
+
+    async def get_artifact(self, job_id: int, name: str) -> bytes | None:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT data FROM tether_artifacts WHERE job_id = %s AND name = %s",
+                (job_id, name),
+            )
+            row = await cur.fetchone()
+        return bytes(row["data"]) if row else None
+
+    async def create_cancellation(
+        self,
+        cancellation_id: str,
+        job_id: int,
+        request_id: str | None,
+        reason: str | None,
+        force: bool,
+        cascade: bool,
+        initiated_by: str | None,
+    ) -> tuple[CancellationRow, bool]:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "INSERT INTO tether_cancellations (id, job_id, request_id, reason, force, "
+                "cascade, initiated_by, status) VALUES (%s, %s, %s, %s, %s, %s, %s, 'initiated') "
+                "ON CONFLICT DO NOTHING",
+                (cancellation_id, job_id, request_id, reason, force, cascade, initiated_by),
+            )
+            created = cur.rowcount == 1
+            cur = await conn.execute(
+                "SELECT * FROM tether_cancellations WHERE job_id = %s OR "
+                "(%s::text IS NOT NULL AND request_id = %s) ORDER BY id = %s DESC LIMIT 1",
+                (job_id, request_id, request_id, cancellation_id),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return self._rows.cancellation(row), created
+
+    async def update_cancellation(
+        self,
+        cancellation_id: str,
+        status: str,
+        steps: list[dict[str, object]],
+        result: dict[str, object] | None,
+        error: str | None,
+        final: bool,
+    ) -> None:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "UPDATE tether_cancellations SET status = %s, steps = %s::jsonb, "
+                "result = COALESCE(%s::jsonb, result), error = %s, "
+                "completed_at = CASE WHEN %s THEN now() ELSE completed_at END "
+                "WHERE id = %s RETURNING job_id",
+                (
+                    status,
+                    json.dumps(steps),
+                    json.dumps(result) if result is not None else None,
+                    error,
+                    final,
+                    cancellation_id,
+                ),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                await self._notify(conn, "tether_changed", [str(row["job_id"])])
+
+    async def get_cancellation(
+        self, *, job_id: int | None, request_id: str | None
+    ) -> CancellationRow | None:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_cancellations WHERE job_id = %s OR "
+                "(%s::text IS NOT NULL AND request_id = %s) LIMIT 1",
+                (job_id, request_id, request_id),
+            )
+            row = await cur.fetchone()
+        return self._rows.cancellation(row) if row else None
+
+    async def list_cancellations(self, limit: int, offset: int) -> list[CancellationRow]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
+                "LIMIT %s OFFSET %s",
+                (limit, offset),
+            )
+            return [self._rows.cancellation(r) for r in await cur.fetchall()]
+
     # -- workers -------------------------------------------------------------------------
 
     async def register_worker(
@@ -485,6 +708,7 @@ class PostgresStore:
             "tokens": [b.lease_token for b in beats],
             "cur": [b.progress_current for b in beats],
             "tot": [b.progress_total for b in beats],
+            "usage": [b.usage for b in beats],
             "worker": worker_id,
             "lease": lease_duration,
         }
@@ -493,7 +717,11 @@ class PostgresStore:
             rows = await cur.fetchall()
         return HeartbeatResult(
             frozenset(r["id"] for r in rows),
-            tuple(ControlRequest(r["id"], True, r["cancel_force"]) for r in rows if r["cancel"]),
+            tuple(
+                ControlRequest(r["id"], r["cancel"], r["cancel_force"], pause=r["pause"])
+                for r in rows
+                if r["cancel"] or r["pause"]
+            ),
         )
 
     async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
@@ -518,6 +746,8 @@ class PostgresStore:
                 "errors": [o.error for o in part],
                 "delays": [float(o.delay) for o in part],
                 "reasons": [o.reason for o in part],
+                "usage": [o.usage for o in part],
+                "stopped": [o.stopped_by for o in part],
                 "worker": worker_id,
             }
             async with self._conn() as conn:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tether.job import Job, JobEvent, WorkerInfo
+from tether.job import ArtifactInfo, CancellationRow, Job, JobEvent, LimitInfo, WorkerInfo
 from tether.states import JobState
 
 Row = Mapping[str, Any]
@@ -16,7 +16,8 @@ JOB_COLUMNS = (
     "id, task, args, queue, priority, key, state, attempt, max_attempts, timeout, run_at, "
     "created_at, started_at, finished_at, worker_id, lease_token, lease_expires_at, "
     "heartbeat_at, cancel_requested_at, cancel_reason, cancel_force, checkpoint, "
-    "progress_current, progress_total, result, error, owner, idempotency_key"
+    "progress_current, progress_total, result, error, owner, idempotency_key, "
+    "pause_requested_at, pause_reason, budget, usage, limits, stopped_by"
 )
 
 
@@ -38,6 +39,8 @@ class RowReader:
 
     def __init__(self, *, text_json: bool, epoch_times: bool) -> None:
         self._json: Callable[[Any], Any] = _loads if text_json else _identity
+        # Lists are JSON text in SQLite and arrays in PostgreSQL.
+        self._list: Callable[[Any], Any] = _loads if text_json else _identity
         self._time: Callable[[Any], datetime | None] = epoch_to_dt if epoch_times else _identity
 
     def job(self, row: Row) -> Job:
@@ -75,6 +78,12 @@ class RowReader:
             error=row["error"],
             owner=row["owner"],
             idempotency_key=row["idempotency_key"],
+            pause_requested_at=t(row["pause_requested_at"]),
+            pause_reason=row["pause_reason"],
+            budget=row["budget"],
+            usage=row["usage"],
+            limits=tuple(self._list(row["limits"]) or ()),
+            stopped_by=row["stopped_by"],
         )
 
     def event(self, row: Row) -> JobEvent:
@@ -107,19 +116,75 @@ class RowReader:
             running_jobs=row["running_jobs"],
         )
 
+    def limit(self, row: Row) -> LimitInfo:
+        """A :class:`LimitInfo` from a ``tether_limits`` row (plus ``queued``)."""
+        return LimitInfo(
+            name=row["name"],
+            kind=row["kind"],
+            capacity=row["capacity"],
+            used=row["used"],
+            held=row["held"],
+            block_on_hold=bool(row["block_on_hold"]),
+            queued=row["queued"],
+        )
 
-# SQL shared by both dialects: the outcome a worker reports, adjusted in the database so
-# that a pending cancel always wins over a failure, a retry or a release.
-def effective_state(requested: str) -> str:
+    def artifact(self, row: Row) -> ArtifactInfo:
+        """An :class:`ArtifactInfo` from a ``tether_artifacts`` row."""
+        created = self._time(row["created_at"])
+        assert created is not None
+        return ArtifactInfo(row["job_id"], row["name"], row["size"], created)
+
+    def cancellation(self, row: Row) -> CancellationRow:
+        """A :class:`CancellationRow` from a ``tether_cancellations`` row."""
+        initiated = self._time(row["initiated_at"])
+        assert initiated is not None
+        return CancellationRow(
+            id=row["id"],
+            job_id=row["job_id"],
+            request_id=row["request_id"],
+            reason=row["reason"],
+            force=bool(row["force"]),
+            cascade=bool(row["cascade"]),
+            initiated_by=row["initiated_by"],
+            initiated_at=initiated,
+            status=row["status"],
+            steps=self._json(row["steps"]) or [],
+            result=self._json(row["result"]),
+            error=row["error"],
+            completed_at=self._time(row["completed_at"]),
+        )
+
+
+# SQL shared by both dialects. A pending cancel wins over anything but success (and a
+# job over its budget fails rather than being cancelled); a pending pause turns a
+# release or a retry into a pause.
+def over_budget(usage: str) -> str:
+    """SQL: whether the job has used more than its budget."""
+    return f"(budget IS NOT NULL AND {usage} > budget)"
+
+
+def effective_state(requested: str, usage: str) -> str:
     """SQL for the state an outcome really moves a job to."""
     return (
-        f"CASE WHEN {requested} IN ('failed', 'retrying', 'queued') "
-        f"AND cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE {requested} END"
+        f"CASE WHEN cancel_requested_at IS NOT NULL AND {requested} <> 'succeeded' "
+        f"THEN CASE WHEN {over_budget(usage)} THEN 'failed' ELSE 'cancelled' END "
+        f"WHEN pause_requested_at IS NOT NULL AND {requested} IN ('queued', 'retrying') "
+        f"THEN 'paused' ELSE {requested} END"
     )
 
 
 RESCUE_STATE = (
-    "CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' "
+    "CASE WHEN cancel_requested_at IS NOT NULL "
+    f"THEN CASE WHEN {over_budget('usage')} THEN 'failed' ELSE 'cancelled' END "
+    "WHEN pause_requested_at IS NOT NULL THEN 'paused' "
     "WHEN attempt >= max_attempts THEN 'failed' ELSE 'retrying' END"
 )
 """A crash counts as an attempt; a job with a pending cancel is never revived."""
+
+CANCEL_STATE = (
+    "CASE WHEN state = 'running' THEN state "
+    f"WHEN state = 'paused' AND {over_budget('usage')} THEN 'failed' ELSE 'cancelled' END"
+)
+"""What a cancel request does: flag a running job, settle any other at once."""
+
+CANCELLABLE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused', 'failed'"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,19 +19,30 @@ from tether import hints as h
 from tether.errors import JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
+    ArtifactInfo,
     Beat,
+    CancellationRow,
     ControlRequest,
     HeartbeatResult,
     Job,
     JobEvent,
     JobFilter,
+    LimitInfo,
     NewJob,
     Outcome,
+    QueueInfo,
     WorkerInfo,
 )
 from tether.states import ACTIVE, TERMINAL, transition_pairs
 from tether.store.base import PidAlive, load_migrations
-from tether.store.rows import JOB_COLUMNS, RESCUE_STATE, RowReader, effective_state
+from tether.store.rows import (
+    CANCEL_STATE,
+    CANCELLABLE_SQL,
+    JOB_COLUMNS,
+    RESCUE_STATE,
+    RowReader,
+    effective_state,
+)
 
 T = TypeVar("T")
 
@@ -184,9 +196,10 @@ class SqliteStore:
                         continue
                 row = conn.execute(
                     "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
-                    "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor) "
-                    f"VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue') "
-                    "RETURNING id",
+                    "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
+                    "budget, limits) "
+                    f"VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue', "
+                    "?, ?) RETURNING id",
                     (
                         job.task,
                         job.args_json,
@@ -198,6 +211,8 @@ class SqliteStore:
                         job.delay,
                         job.owner,
                         job.idempotency_key,
+                        job.budget,
+                        json.dumps(job.limits) if job.limits else None,
                     ),
                 ).fetchone()
                 ids.append(row[0])
@@ -257,13 +272,12 @@ class SqliteStore:
     ) -> Job:
         def run(conn: sqlite3.Connection) -> Job:
             conn.execute(
-                "UPDATE tether_jobs SET "
-                "state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END, "
+                f"UPDATE tether_jobs SET state = {CANCEL_STATE}, "
                 f"finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {NOW} END, "
                 f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
                 "cancel_reason = COALESCE(cancel_reason, ?), "
                 "cancel_force = cancel_force OR ?, actor = ?, reason = ? "
-                f"WHERE id = ? AND state IN ({ACTIVE_SQL})",
+                f"WHERE id = ? AND state IN ({CANCELLABLE_SQL})",
                 (reason, force, actor, reason, job_id),
             )
             job = self._jobs_by_ids(conn, [job_id]).get(job_id)
@@ -274,6 +288,239 @@ class SqliteStore:
         job = await self._write_async(run)
         self.hints.publish(h.CONTROL if job.state == "running" else h.CHANGED, [str(job_id)])
         return job
+
+    async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
+        def run(conn: sqlite3.Connection) -> Job:
+            conn.execute(
+                "UPDATE tether_jobs SET "
+                "state = CASE WHEN state = 'running' THEN state ELSE 'paused' END, "
+                f"pause_requested_at = COALESCE(pause_requested_at, {NOW}), "
+                "pause_reason = COALESCE(?, pause_reason), actor = ?, reason = ? "
+                "WHERE id = ? AND state IN ('queued', 'retrying', 'running')",
+                (reason, actor, reason or "paused", job_id),
+            )
+            return self._one(conn, job_id)
+
+        job = await self._write_async(run)
+        self.hints.publish(h.CONTROL if job.state == "running" else h.CHANGED, [str(job_id)])
+        return job
+
+    async def resume(self, job_id: int, budget: int | None, actor: str | None) -> Job:
+        def run(conn: sqlite3.Connection) -> Job:
+            conn.execute(
+                "UPDATE tether_jobs SET "
+                "state = CASE WHEN state = 'paused' THEN 'queued' ELSE state END, "
+                f"run_at = CASE WHEN state = 'paused' THEN {NOW} ELSE run_at END, "
+                "pause_requested_at = NULL, pause_reason = NULL, "
+                "budget = COALESCE(?, budget), actor = ?, reason = 'resumed' "
+                "WHERE id = ? AND (state = 'paused' OR "
+                "(state = 'running' AND pause_requested_at IS NOT NULL))",
+                (budget, actor, job_id),
+            )
+            return self._one(conn, job_id)
+
+        job = await self._write_async(run)
+        self.hints.publish(h.CHANGED, [str(job_id)])
+        self.hints.publish(h.ENQUEUED, [job.queue])
+        return job
+
+    async def retry(self, job_id: int, actor: str | None) -> Job:
+        def run(conn: sqlite3.Connection) -> Job:
+            conn.execute(
+                f"UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = {NOW}, "
+                "finished_at = NULL, actor = ?, reason = 'retried by a person' "
+                "WHERE id = ? AND state = 'failed'",
+                (actor, job_id),
+            )
+            return self._one(conn, job_id)
+
+        job = await self._write_async(run)
+        self.hints.publish(h.CHANGED, [str(job_id)])
+        self.hints.publish(h.ENQUEUED, [job.queue])
+        return job
+
+    def _one(self, conn: sqlite3.Connection, job_id: int) -> Job:
+        job = self._jobs_by_ids(conn, [job_id]).get(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return job
+
+    # -- queues, limits, artifacts, cancellations ----------------------------------------
+
+    async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                f"INSERT INTO tether_queues (name, paused, reason, changed_at) "
+                f"VALUES (?, ?, ?, {NOW}) ON CONFLICT (name) DO UPDATE SET "
+                f"paused = excluded.paused, reason = excluded.reason, changed_at = {NOW}",
+                (name, paused, reason),
+            )
+        )
+        if not paused:
+            self.hints.publish(h.ENQUEUED, [name])
+
+    async def list_queues(self) -> list[QueueInfo]:
+        def run() -> list[QueueInfo]:
+            conn = self._db()
+            counts: dict[str, dict[str, int]] = {}
+            for r in conn.execute("SELECT queue, state, COUNT(*) FROM tether_jobs GROUP BY 1, 2"):
+                counts.setdefault(r[0], {})[r[1]] = r[2]
+            flags = {
+                r[0]: (bool(r[1]), r[2])
+                for r in conn.execute("SELECT name, paused, reason FROM tether_queues")
+            }
+            return [
+                QueueInfo(name, *flags.get(name, (False, None)), counts.get(name, {}))
+                for name in sorted(set(counts) | set(flags))
+            ]
+
+        return await self._call(run)
+
+    async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                "INSERT INTO tether_limits (name, kind, capacity, block_on_hold) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "capacity = excluded.capacity, block_on_hold = excluded.block_on_hold",
+                (name, kind, capacity, block_on_hold),
+            )
+        )
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+
+    async def list_limits(self) -> list[LimitInfo]:
+        def run() -> list[LimitInfo]:
+            rows = self._db().execute(
+                "SELECT l.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.key IS NOT NULL "
+                "AND 'key:' || j.key = l.name AND j.state IN ('queued', 'retrying')) AS queued "
+                "FROM tether_limits l ORDER BY l.name"
+            )
+            return [self._rows.limit(r) for r in rows]
+
+        return await self._call(run)
+
+    async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT INTO tether_artifacts (job_id, name, size, data, created_at) "
+                f"SELECT ?, ?, ?, ?, {NOW} WHERE EXISTS (SELECT 1 FROM tether_jobs "
+                "WHERE id = ? AND lease_token = ? AND state = 'running') "
+                "ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, "
+                "data = excluded.data, created_at = excluded.created_at",
+                (job_id, name, len(data), data, job_id, lease_token),
+            )
+            return cur.rowcount == 1
+
+        return await self._write_async(run)
+
+    async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
+        def run() -> list[ArtifactInfo]:
+            rows = self._db().execute(
+                "SELECT job_id, name, size, created_at FROM tether_artifacts "
+                "WHERE job_id = ? ORDER BY name",
+                (job_id,),
+            )
+            return [self._rows.artifact(r) for r in rows]
+
+        return await self._call(run)
+
+    async def get_artifact(self, job_id: int, name: str) -> bytes | None:
+        def run() -> bytes | None:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT data FROM tether_artifacts WHERE job_id = ? AND name = ?",
+                    (job_id, name),
+                )
+                .fetchone()
+            )
+            return bytes(row[0]) if row else None
+
+        return await self._call(run)
+
+    async def create_cancellation(
+        self,
+        cancellation_id: str,
+        job_id: int,
+        request_id: str | None,
+        reason: str | None,
+        force: bool,
+        cascade: bool,
+        initiated_by: str | None,
+    ) -> tuple[CancellationRow, bool]:
+        def run(conn: sqlite3.Connection) -> tuple[CancellationRow, bool]:
+            cur = conn.execute(
+                "INSERT INTO tether_cancellations (id, job_id, request_id, reason, force, "
+                f"cascade, initiated_by, initiated_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                f"{NOW}, 'initiated') ON CONFLICT DO NOTHING",
+                (cancellation_id, job_id, request_id, reason, force, cascade, initiated_by),
+            )
+            row = conn.execute(
+                "SELECT * FROM tether_cancellations WHERE job_id = ? OR "
+                "(? IS NOT NULL AND request_id = ?) ORDER BY id = ? DESC LIMIT 1",
+                (job_id, request_id, request_id, cancellation_id),
+            ).fetchone()
+            return self._rows.cancellation(row), cur.rowcount == 1
+
+        return await self._write_async(run)
+
+    async def update_cancellation(
+        self,
+        cancellation_id: str,
+        status: str,
+        steps: list[dict[str, object]],
+        result: dict[str, object] | None,
+        error: str | None,
+        final: bool,
+    ) -> None:
+        def run(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "UPDATE tether_cancellations SET status = ?, steps = ?, "
+                "result = COALESCE(?, result), error = ?, "
+                f"completed_at = CASE WHEN ? THEN {NOW} ELSE completed_at END WHERE id = ?",
+                (
+                    status,
+                    json.dumps(steps),
+                    json.dumps(result) if result is not None else None,
+                    error,
+                    final,
+                    cancellation_id,
+                ),
+            )
+            row = conn.execute(
+                "SELECT job_id FROM tether_cancellations WHERE id = ?", (cancellation_id,)
+            ).fetchone()
+            return int(row[0])
+
+        job_id = await self._write_async(run)
+        self.hints.publish(h.CHANGED, [str(job_id)])
+
+    async def get_cancellation(
+        self, *, job_id: int | None, request_id: str | None
+    ) -> CancellationRow | None:
+        def run() -> CancellationRow | None:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT * FROM tether_cancellations WHERE job_id = ? OR "
+                    "(? IS NOT NULL AND request_id = ?) LIMIT 1",
+                    (job_id, request_id, request_id),
+                )
+                .fetchone()
+            )
+            return self._rows.cancellation(row) if row else None
+
+        return await self._call(run)
+
+    async def list_cancellations(self, limit: int, offset: int) -> list[CancellationRow]:
+        def run() -> list[CancellationRow]:
+            rows = self._db().execute(
+                "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
+                "LIMIT ? OFFSET ?",
+                (limit, offset),
+            )
+            return [self._rows.cancellation(r) for r in rows]
+
+        return await self._call(run)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -335,22 +582,51 @@ class SqliteStore:
             # Look before taking the write lock: an idle poll must not serialize writers.
             if conn.execute(f"SELECT 1 {pick} LIMIT 1", pick_params).fetchone() is None:
                 return []
-
-            def take(conn: sqlite3.Connection) -> list[Job]:
-                rows = conn.execute(
-                    "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
-                    f"worker_id = ?, lease_token = lease_token + 1, "
-                    f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
-                    "result = NULL, actor = 'worker', reason = NULL "
-                    f"WHERE id IN (SELECT id {pick} ORDER BY priority DESC, run_at, id LIMIT ?) "
-                    f"RETURNING {JOB_COLUMNS}",
-                    [worker_id, lease_duration, *pick_params, limit],
-                ).fetchall()
-                jobs = [self._rows.job(r) for r in rows]
-                jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-                return jobs
-
             return self._write(take)
+
+        def take(conn: sqlite3.Connection) -> list[Job]:
+            # The write lock serializes claimers, so the limits can be checked in Python:
+            # walk the candidates in order and keep those whose limits still have room.
+            rows = conn.execute(
+                f"SELECT id, limits {pick} "
+                "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
+                "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
+                "AS je JOIN tether_limits l ON l.name = je.value WHERE l.used >= l.capacity "
+                "OR (l.held > 0 AND l.block_on_hold))) "
+                "ORDER BY priority DESC, run_at, id LIMIT ?",
+                [*pick_params, limit * 2],
+            ).fetchall()
+            wanted = {n for r in rows if r["limits"] for n in json.loads(r["limits"])}
+            room: dict[str, int] = {}
+            if wanted:
+                for lim in conn.execute(
+                    f"SELECT name, capacity - used FROM tether_limits "
+                    f"WHERE name IN ({_marks(len(wanted))})",
+                    sorted(wanted),
+                ):
+                    room[lim[0]] = lim[1]
+            chosen: list[int] = []
+            for r in rows:
+                if len(chosen) >= limit:
+                    break
+                needs = json.loads(r["limits"]) if r["limits"] else []
+                if all(room.get(n, 0) > 0 for n in needs):
+                    for n in needs:
+                        room[n] -= 1
+                    chosen.append(r["id"])
+            if not chosen:
+                return []
+            updated = conn.execute(
+                "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
+                f"worker_id = ?, lease_token = lease_token + 1, "
+                f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
+                "result = NULL, stopped_by = NULL, actor = 'worker', reason = NULL "
+                f"WHERE id IN ({_marks(len(chosen))}) RETURNING {JOB_COLUMNS}",
+                [worker_id, lease_duration, *chosen],
+            ).fetchall()
+            jobs = [self._rows.job(r) for r in updated]
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+            return jobs
 
         return await self._call(run)
 
@@ -364,13 +640,16 @@ class SqliteStore:
                 row = conn.execute(
                     f"UPDATE tether_jobs SET lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, "
                     "progress_current = COALESCE(?, progress_current), "
-                    "progress_total = COALESCE(?, progress_total) "
+                    "progress_total = COALESCE(?, progress_total), "
+                    "usage = COALESCE(?, usage) "
                     "WHERE id = ? AND lease_token = ? AND state = 'running' "
-                    "RETURNING id, cancel_requested_at IS NOT NULL, cancel_force",
+                    "RETURNING id, cancel_requested_at IS NOT NULL, cancel_force, "
+                    "pause_requested_at IS NOT NULL",
                     (
                         lease_duration,
                         beat.progress_current,
                         beat.progress_total,
+                        beat.usage,
                         beat.job_id,
                         beat.lease_token,
                     ),
@@ -378,8 +657,10 @@ class SqliteStore:
                 if row is None:
                     continue
                 alive.add(row[0])
-                if row[1]:
-                    requests.append(ControlRequest(row[0], cancel=True, force=bool(row[2])))
+                if row[1] or row[3]:
+                    requests.append(
+                        ControlRequest(row[0], bool(row[1]), bool(row[2]), pause=bool(row[3]))
+                    )
             conn.execute(
                 f"UPDATE tether_workers SET heartbeat_at = {NOW} WHERE id = ?", (worker_id,)
             )
@@ -399,17 +680,23 @@ class SqliteStore:
         return await self._write_async(run)
 
     async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        state = effective_state("?1")
+        state = effective_state("?1", "COALESCE(?9, usage)")
         sql = (
             f"UPDATE tether_jobs SET state = {state}, "
             "result = ?2, "
             "error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
-            "attempt = CASE WHEN ?1 = 'queued' THEN attempt - 1 ELSE attempt END, "
+            # A release or a pause does not spend the attempt.
+            "attempt = CASE WHEN ?1 IN ('queued', 'paused') THEN attempt - 1 ELSE attempt END, "
             f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 ELSE run_at END, "
             f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
-            "lease_expires_at = NULL, actor = ?5, "
+            "lease_expires_at = NULL, actor = ?5, usage = COALESCE(?9, usage), "
+            "stopped_by = ?10, "
+            f"pause_requested_at = CASE WHEN {state} = 'paused' THEN pause_requested_at END, "
+            f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) "
+            "ELSE pause_reason END, "
             f"reason = CASE WHEN {state} = 'cancelled' "
-            "THEN COALESCE(cancel_reason, ?6, 'cancel requested') ELSE ?6 END "
+            "THEN COALESCE(cancel_reason, ?6, 'cancel requested') "
+            f"WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) ELSE ?6 END "
             "WHERE id = ?7 AND lease_token = ?8 AND state = 'running' RETURNING id"
         )
 
@@ -427,6 +714,8 @@ class SqliteStore:
                         o.reason,
                         o.job_id,
                         o.lease_token,
+                        o.usage,
+                        o.stopped_by,
                     ),
                 ).fetchone()
                 if row is not None:
@@ -472,6 +761,7 @@ class SqliteStore:
                 "|| attempt || '/' || max_attempts || ')', actor = 'rescuer', "
                 "reason = CASE WHEN cancel_requested_at IS NOT NULL "
                 "THEN 'rescued with a pending cancel' "
+                "WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause' "
                 "WHEN worker_id IN (SELECT id FROM tether_workers WHERE state = 'dead') "
                 "THEN 'worker dead' ELSE 'lease expired' END "
                 f"WHERE state = 'running' AND (lease_expires_at < {NOW} OR worker_id IN "

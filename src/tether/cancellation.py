@@ -1,0 +1,351 @@
+"""The cancellation service: one persisted record per cancelled job, step by step.
+
+A cancellation moves through ``initiated → stopping_runners → updating_tasks →
+cleaning_resources`` and ends ``completed``, ``partial`` or ``failed``. Repeated or
+concurrent requests for the same job share one record. Every wait is bounded, and the
+record always ends in a settled, truthful status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from tether import hints as h
+from tether.errors import IllegalTransitionError, JobNotFoundError, WaitTimeoutError
+from tether.job import CancellationRow, Job
+from tether.states import JobState
+from tether.store import Store
+
+FINAL = frozenset({"completed", "partial", "failed"})
+Outcome = Literal[
+    "cancelled", "already_cancelled", "finished_first", "failed_over_budget", "requested"
+]
+STOPPED = {"task_cancelled", "sigterm", "sigkill"}
+
+
+@dataclass(frozen=True)
+class CancellationStep:
+    """One step of a cancellation, with its times, details and error."""
+
+    name: str
+    status: Literal["completed", "failed", "skipped"]
+    started_at: str
+    completed_at: str
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CancellationResult:
+    """What a cancellation did.
+
+    ``outcome`` sums it up for the job itself: ``cancelled``, ``already_cancelled``,
+    ``finished_first`` (it was running and finished before it saw the request; its
+    result stands), ``failed_over_budget`` (a job over its budget fails instead), or
+    ``requested`` (still running when the wait ended; it will not run again).
+    """
+
+    cancellation_id: str
+    job_id: int
+    status: str
+    outcome: Outcome
+    job: Job
+    success: bool
+    tasks_cancelled: list[int]
+    tasks_completed: list[int]
+    tasks_failed: list[int]
+    runners_terminated: list[str]
+    slots_released: list[str]
+    artifacts_preserved: list[str]
+    dependents_blocked: list[int]
+    errors: list[str]
+    duration_seconds: float
+    steps: list[CancellationStep] = field(default_factory=list)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job ended (or will end) cancelled rather than finished."""
+        return self.outcome in ("cancelled", "already_cancelled", "requested")
+
+
+@dataclass(frozen=True)
+class CancellationRecord:
+    """A persisted cancellation as people read it."""
+
+    id: str
+    job_id: int
+    request_id: str | None
+    reason: str | None
+    force: bool
+    cascade: bool
+    initiated_by: str | None
+    initiated_at: datetime
+    status: str
+    steps: list[CancellationStep]
+    result: dict[str, Any] | None
+    error: str | None
+    completed_at: datetime | None
+
+    @property
+    def settled(self) -> bool:
+        """Whether the cancellation has finished (completed, partial or failed)."""
+        return self.status in FINAL
+
+
+def record_from_row(row: CancellationRow) -> CancellationRecord:
+    """Typed view of a stored record."""
+    steps = [CancellationStep(**s) for s in row.steps]
+    return CancellationRecord(**{**dataclasses.asdict(row), "steps": steps})
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class CancellationService:
+    """Runs cancellations for an :class:`~tether.App` (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        wait_for: Callable[[int, Callable[[Job], bool], float], Awaitable[Job]],
+        poll_interval: float,
+    ) -> None:
+        self.store = store
+        self._wait_for = wait_for
+        self._poll = poll_interval
+
+    async def cancel(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        force: bool,
+        cascade: bool,
+        wait: float,
+        actor: str | None,
+        request_id: str | None,
+    ) -> CancellationResult:
+        """Cancel ``job_id``; see :meth:`tether.App.cancel`."""
+        started = time.monotonic()
+        job = await self.store.get(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        existing = await self.store.get_cancellation(job_id=job_id, request_id=request_id)
+        if existing is None and job.state is JobState.SUCCEEDED:
+            raise IllegalTransitionError(job_id, job.state.value, "cancel")
+        if existing is None and job.state is JobState.CANCELLED:
+            return _summary(job, "already_cancelled", started)
+        if existing is None:
+            row, created = await self.store.create_cancellation(
+                f"cancel-{secrets.token_hex(6)}", job_id, request_id, reason, force, cascade, actor
+            )
+            if created:
+                return await self._run(row, job, wait, started)
+            existing = row
+        # Another request got there first: answer with its record, once it settles.
+        record = await self.wait_settled(job_id, wait)
+        final = await self.store.get(job_id)
+        assert record is not None and final is not None
+        return _from_record(record, final, started)
+
+    async def _run(
+        self, row: CancellationRow, job: Job, wait: float, started: float
+    ) -> CancellationResult:
+        steps: list[CancellationStep] = []
+        errors: list[str] = []
+        status = "completed"
+        result: dict[str, Any] = {}
+
+        async def progress(step: CancellationStep, next_status: str) -> None:
+            steps.append(step)
+            await self.store.update_cancellation(
+                row.id, next_status, [dataclasses.asdict(s) for s in steps], None, None, False
+            )
+
+        try:
+            # 1. Stop new assignment: cancel what is not running, flag what is.
+            t0 = _now()
+            before = job.state
+            job = await self.store.request_cancel(job.id, row.reason, row.force, row.initiated_by)
+            await progress(
+                CancellationStep(
+                    "request",
+                    "completed",
+                    t0,
+                    _now(),
+                    {"state_before": before.value, "state_after": job.display_state},
+                ),
+                "stopping_runners",
+            )
+            # 2. Stop the runner, if there is one (bounded).
+            t0 = _now()
+            runners: list[str] = []
+            if job.state is JobState.RUNNING:
+                try:
+                    job = await self._wait_for(
+                        job.id, lambda j: j.state is not JobState.RUNNING, wait
+                    )
+                except WaitTimeoutError:
+                    job = await self.store.get(job.id) or job
+                    errors.append(
+                        f"job {job.id} still running after {wait:g}s; it cannot run again and "
+                        "ends cancelled when its worker stops or its lease expires"
+                    )
+                if job.stopped_by in STOPPED or job.stopped_by == "abandoned":
+                    runners.append(f"{job.worker_id} ({job.stopped_by})")
+                if job.stopped_by == "abandoned":
+                    errors.append(
+                        f"job {job.id}'s handler ignored cancellation and was abandoned: its "
+                        "lease was revoked, so nothing it writes counts, but it may still run"
+                    )
+                step_status: Literal["completed", "failed", "skipped"] = (
+                    "failed" if job.state is JobState.RUNNING else "completed"
+                )
+            else:
+                step_status = "skipped"
+            await progress(
+                CancellationStep(
+                    "stop_runners",
+                    step_status,
+                    t0,
+                    _now(),
+                    {"runners_terminated": runners, "stopped_by": job.stopped_by},
+                    errors[-1] if step_status == "failed" else None,
+                ),
+                "updating_tasks",
+            )
+            # 3. What became of the tasks: completed work is preserved, never undone.
+            t0 = _now()
+            cancelled = [job.id] if job.state is JobState.CANCELLED else []
+            completed = [job.id] if job.state is JobState.SUCCEEDED else []
+            failed = [job.id] if job.state is JobState.FAILED else []
+            await progress(
+                CancellationStep(
+                    "update_tasks",
+                    "completed",
+                    t0,
+                    _now(),
+                    {"cancelled": cancelled, "completed": completed, "failed": failed},
+                ),
+                "cleaning_resources",
+            )
+            # 4. Resources: slots are released by the database as the job leaves running.
+            t0 = _now()
+            released = list(job.limits) if before is JobState.RUNNING or runners else []
+            if job.state is JobState.RUNNING:
+                released = []
+            artifacts = [a.name for a in await self.store.list_artifacts(job.id)]
+            await progress(
+                CancellationStep(
+                    "clean_resources",
+                    "completed",
+                    t0,
+                    _now(),
+                    {"slots_released": released, "artifacts_preserved": artifacts},
+                ),
+                "cleaning_resources",
+            )
+            if errors:
+                status = "partial"
+            result = {
+                "tasks_cancelled": cancelled,
+                "tasks_completed": completed,
+                "tasks_failed": failed,
+                "runners_terminated": runners,
+                "slots_released": released,
+                "artifacts_preserved": artifacts,
+                "dependents_blocked": [],
+                "errors": errors,
+            }
+        except Exception as exc:
+            status = "failed"
+            errors.append(f"{type(exc).__name__}: {exc}")
+            result = {"errors": errors}
+        result["duration_seconds"] = round(time.monotonic() - started, 6)
+        await self.store.update_cancellation(
+            row.id,
+            status,
+            [dataclasses.asdict(s) for s in steps],
+            result,
+            "; ".join(errors) or None,
+            True,
+        )
+        final = await self.store.get(job.id) or job
+        record = await self.store.get_cancellation(job_id=job.id, request_id=None)
+        assert record is not None
+        return _from_record(record_from_row(record), final, started)
+
+    async def wait_settled(self, job_id: int, timeout: float) -> CancellationRecord | None:
+        """The job's cancellation record once it has settled, or as it is at ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        with self.store.hints.subscribe(h.CHANGED, [str(job_id)]) as sub:
+            while True:
+                row = await self.store.get_cancellation(job_id=job_id, request_id=None)
+                record = record_from_row(row) if row is not None else None
+                left = deadline - loop.time()
+                if (record is not None and record.settled) or left <= 0:
+                    return record
+                await sub.get(min(self._poll, left))
+
+
+def _summary(job: Job, outcome: Outcome, started: float) -> CancellationResult:
+    return CancellationResult(
+        cancellation_id="",
+        job_id=job.id,
+        status="completed",
+        outcome=outcome,
+        job=job,
+        success=True,
+        tasks_cancelled=[],
+        tasks_completed=[],
+        tasks_failed=[],
+        runners_terminated=[],
+        slots_released=[],
+        artifacts_preserved=[],
+        dependents_blocked=[],
+        errors=[],
+        duration_seconds=round(time.monotonic() - started, 6),
+    )
+
+
+def _outcome(job: Job) -> Outcome:
+    if job.state is JobState.CANCELLED:
+        return "cancelled"
+    if job.state is JobState.SUCCEEDED:
+        return "finished_first"
+    if job.state is JobState.FAILED and job.budget is not None and job.usage > job.budget:
+        return "failed_over_budget"
+    if job.state is JobState.FAILED:
+        return "finished_first"
+    return "requested"
+
+
+def _from_record(record: CancellationRecord, job: Job, started: float) -> CancellationResult:
+    result = record.result or {}
+    return CancellationResult(
+        cancellation_id=record.id,
+        job_id=record.job_id,
+        status=record.status,
+        outcome=_outcome(job),
+        job=job,
+        success=record.status == "completed",
+        tasks_cancelled=list(result.get("tasks_cancelled", [])),
+        tasks_completed=list(result.get("tasks_completed", [])),
+        tasks_failed=list(result.get("tasks_failed", [])),
+        runners_terminated=list(result.get("runners_terminated", [])),
+        slots_released=list(result.get("slots_released", [])),
+        artifacts_preserved=list(result.get("artifacts_preserved", [])),
+        dependents_blocked=list(result.get("dependents_blocked", [])),
+        errors=list(result.get("errors", [])) or ([record.error] if record.error else []),
+        duration_seconds=float(result.get("duration_seconds", time.monotonic() - started)),
+        steps=record.steps,
+    )
