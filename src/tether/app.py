@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import json
 import os
 import weakref
@@ -42,6 +43,7 @@ from tether.portal import Portal
 from tether.states import JobState
 from tether.store import Store, create_store
 from tether.task import EnqueueOptions, Executor, Task, is_async
+from tether.workflow import Workflow
 
 T = TypeVar("T")
 DEFAULT_CANCEL_WAIT = 30.0
@@ -179,9 +181,8 @@ class App:
 
     # -- enqueue -------------------------------------------------------------------------
 
-    def _new_job(
-        self, task_name: str, args: dict[str, JSON] | None, opts: EnqueueOptions
-    ) -> NewJob:
+    def new_job(self, task_name: str, args: dict[str, JSON] | None, opts: EnqueueOptions) -> NewJob:
+        """Validate one job's input and build what the store inserts (nothing is written)."""
         task = self.tasks.get(task_name)
         if task is None:
             known = ", ".join(sorted(self.tasks)) or "none"
@@ -226,6 +227,7 @@ class App:
             idempotency_key=opts.idempotency_key,
             budget=opts.budget,
             limits=tuple(limits),
+            depends_on=tuple(opts.depends_on),
         )
 
     async def enqueue(
@@ -242,7 +244,7 @@ class App:
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task
-        new = self._new_job(name, args, opts)
+        new = self.new_job(name, args, opts)
         (job,) = await (await self.store()).enqueue([new])
         return job
 
@@ -251,8 +253,31 @@ class App:
     ) -> list[Job]:
         """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
         opts = EnqueueOptions(**options)
-        new = [self._new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
+        new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
         return await (await self.store()).enqueue(new)
+
+    async def enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
+        """Enqueue every job of ``workflow`` in one transaction; returns them by name.
+
+        A cycle, an unknown name or an unknown or dead dependency id is a clear
+        :class:`InvalidJobError`, and nothing is written.
+        """
+        nodes = workflow.order()
+        position = {node.name: i for i, node in enumerate(nodes)}
+        new = []
+        for node in nodes:
+            built = self.new_job(node.task, node.args, EnqueueOptions(**node.options))
+            new.append(
+                dataclasses.replace(
+                    built,
+                    depends_on=tuple(d for d in node.depends_on if isinstance(d, int)),
+                    depends_on_batch=tuple(
+                        position[d] for d in node.depends_on if isinstance(d, str)
+                    ),
+                )
+            )
+        jobs = await (await self.store()).enqueue(new)
+        return {node.name: job for node, job in zip(nodes, jobs, strict=True)}
 
     def enqueue_sync(
         self,
@@ -282,6 +307,7 @@ class App:
         key: str | None = None,
         owner: str | None = None,
         worker_id: str | None = None,
+        parent_id: int | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Job]:
@@ -297,7 +323,17 @@ class App:
                 ) from exc
         if limit < 1 or offset < 0:
             raise InvalidJobError("limit must be positive and offset not negative")
-        flt = JobFilter(states, queue, task, key, owner, worker_id, limit, offset)
+        flt = JobFilter(
+            states=states,
+            queue=queue,
+            task=task,
+            key=key,
+            owner=owner,
+            worker_id=worker_id,
+            parent_id=parent_id,
+            limit=limit,
+            offset=offset,
+        )
         return await (await self.store()).list_jobs(flt)
 
     async def events(self, job_id: int) -> builtins.list[JobEvent]:
@@ -336,9 +372,7 @@ class App:
         Cancelling a job that already succeeded raises :class:`IllegalTransitionError`
         and changes nothing; a paused job over its budget fails instead.
         """
-        service = CancellationService(
-            await self.store(), self._wait_for, self.config.wait_poll_interval
-        )
+        service = CancellationService(await self.store(), self.config.wait_poll_interval)
         return await service.cancel(
             job_id,
             reason=reason or "cancelled by request",
@@ -356,9 +390,7 @@ class App:
         fallback); a cancellation that already finished is answered at once.
         """
         await self.get(job_id)
-        service = CancellationService(
-            await self.store(), self._wait_for, self.config.wait_poll_interval
-        )
+        service = CancellationService(await self.store(), self.config.wait_poll_interval)
         record = await service.wait_settled(job_id, timeout)
         if record is None:
             return False, [f"job {job_id} has no cancellation"]
@@ -444,6 +476,26 @@ class App:
     async def limits(self) -> builtins.list[LimitInfo]:
         """Concurrency keys and resource pools, with what blocks them."""
         return await (await self.store()).list_limits()
+
+    async def delete(self, job_id: int, *, actor: str | None = None) -> builtins.list[Job]:
+        """Delete a job. Its active children are cancelled first ("parent job deleted");
+        children that already ended are kept. Returns the children cancelled."""
+        _, children = await (await self.store()).delete(job_id, actor)
+        return children
+
+    async def children(self, job_id: int) -> builtins.list[Job]:
+        """The jobs ``job_id`` spawned, oldest first."""
+        flt = JobFilter(parent_id=job_id, limit=100_000)
+        return sorted(await (await self.store()).list_jobs(flt), key=lambda j: j.id)
+
+    async def dependencies(self, job_id: int) -> tuple[builtins.list[int], builtins.list[int]]:
+        """``(upstream, downstream)``: the ids a job depends on, and the ids that depend on it."""
+        await self.get(job_id)
+        return await (await self.store()).dependencies(job_id)
+
+    async def downstream(self, job_id: int) -> builtins.list[Job]:
+        """Every job that depends on ``job_id`` or descends from it, transitively."""
+        return await (await self.store()).downstream([job_id])
 
     async def artifacts(self, job_id: int) -> builtins.list[ArtifactInfo]:
         """The artifacts a job saved."""

@@ -12,13 +12,12 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from tether import hints as h
-from tether.errors import IllegalTransitionError, JobNotFoundError, WaitTimeoutError
+from tether.errors import IllegalTransitionError, JobNotFoundError
 from tether.job import CancellationRow, Job
 from tether.states import JobState
 from tether.store import Store
@@ -112,14 +111,8 @@ def _now() -> str:
 class CancellationService:
     """Runs cancellations for an :class:`~tether.App` (see the module docstring)."""
 
-    def __init__(
-        self,
-        store: Store,
-        wait_for: Callable[[int, Callable[[Job], bool], float], Awaitable[Job]],
-        poll_interval: float,
-    ) -> None:
+    def __init__(self, store: Store, poll_interval: float) -> None:
         self.store = store
-        self._wait_for = wait_for
         self._poll = poll_interval
 
     async def cancel(
@@ -171,78 +164,92 @@ class CancellationService:
             )
 
         try:
-            # 1. Stop new assignment: cancel what is not running, flag what is.
+            # 1. Stop new assignment: cancel what is not running, flag what is, and (with
+            #    cascade) everything downstream, in the same transaction.
             t0 = _now()
             before = job.state
-            job = await self.store.request_cancel(job.id, row.reason, row.force, row.initiated_by)
+            job = await self.store.request_cancel(
+                job.id, row.reason, row.force, row.initiated_by, row.cascade
+            )
+            downstream = await self.store.downstream([job.id])
+            targets = [job.id, *(d.id for d in downstream)] if row.cascade else [job.id]
             await progress(
                 CancellationStep(
                     "request",
                     "completed",
                     t0,
                     _now(),
-                    {"state_before": before.value, "state_after": job.display_state},
+                    {
+                        "state_before": before.value,
+                        "state_after": job.display_state,
+                        "cascade": row.cascade,
+                        "downstream": [d.id for d in downstream],
+                    },
                 ),
                 "stopping_runners",
             )
-            # 2. Stop the runner, if there is one (bounded).
+            # 2. Stop the runners, if there are any (bounded).
             t0 = _now()
-            runners: list[str] = []
-            if job.state is JobState.RUNNING:
-                try:
-                    job = await self._wait_for(
-                        job.id, lambda j: j.state is not JobState.RUNNING, wait
-                    )
-                except WaitTimeoutError:
-                    job = await self.store.get(job.id) or job
+            final = await self._settle(targets, wait)
+            running = [j for j in final if j.state is JobState.RUNNING]
+            stopped = [j for j in final if j.stopped_by in STOPPED | {"abandoned"}]
+            runners = [f"job {j.id} on {j.worker_id} ({j.stopped_by})" for j in stopped]
+            for j in running:
+                errors.append(
+                    f"job {j.id} still running after {wait:g}s; it cannot run again and ends "
+                    "cancelled when its worker stops or its lease expires"
+                )
+            for j in stopped:
+                if j.stopped_by == "abandoned":
                     errors.append(
-                        f"job {job.id} still running after {wait:g}s; it cannot run again and "
-                        "ends cancelled when its worker stops or its lease expires"
-                    )
-                if job.stopped_by in STOPPED or job.stopped_by == "abandoned":
-                    runners.append(f"{job.worker_id} ({job.stopped_by})")
-                if job.stopped_by == "abandoned":
-                    errors.append(
-                        f"job {job.id}'s handler ignored cancellation and was abandoned: its "
+                        f"job {j.id}'s handler ignored cancellation and was abandoned: its "
                         "lease was revoked, so nothing it writes counts, but it may still run"
                     )
-                step_status: Literal["completed", "failed", "skipped"] = (
-                    "failed" if job.state is JobState.RUNNING else "completed"
-                )
-            else:
-                step_status = "skipped"
+            had_runner = before is JobState.RUNNING or bool(stopped)
             await progress(
                 CancellationStep(
                     "stop_runners",
-                    step_status,
+                    "failed" if running else ("completed" if had_runner else "skipped"),
                     t0,
                     _now(),
-                    {"runners_terminated": runners, "stopped_by": job.stopped_by},
-                    errors[-1] if step_status == "failed" else None,
+                    {"runners_terminated": runners, "still_running": [j.id for j in running]},
+                    "; ".join(errors) if running else None,
                 ),
                 "updating_tasks",
             )
             # 3. What became of the tasks: completed work is preserved, never undone.
             t0 = _now()
-            cancelled = [job.id] if job.state is JobState.CANCELLED else []
-            completed = [job.id] if job.state is JobState.SUCCEEDED else []
-            failed = [job.id] if job.state is JobState.FAILED else []
+            cancelled = [j.id for j in final if j.state is JobState.CANCELLED]
+            completed = [j.id for j in final if j.state is JobState.SUCCEEDED]
+            failed = [j.id for j in final if j.state is JobState.FAILED]
+            blocked = [d.id for d in downstream if d.state is JobState.BLOCKED and not row.cascade]
             await progress(
                 CancellationStep(
                     "update_tasks",
                     "completed",
                     t0,
                     _now(),
-                    {"cancelled": cancelled, "completed": completed, "failed": failed},
+                    {
+                        "cancelled": cancelled,
+                        "completed": completed,
+                        "failed": failed,
+                        "dependents_blocked": blocked,
+                    },
                 ),
                 "cleaning_resources",
             )
-            # 4. Resources: slots are released by the database as the job leaves running.
+            # 4. Resources: the database releases slots as each job leaves running.
             t0 = _now()
-            released = list(job.limits) if before is JobState.RUNNING or runners else []
-            if job.state is JobState.RUNNING:
-                released = []
-            artifacts = [a.name for a in await self.store.list_artifacts(job.id)]
+            released = sorted(
+                {lim for j in final if j.state is not JobState.RUNNING for lim in j.limits}
+                if had_runner
+                else set()
+            )
+            artifacts = [
+                f"{a.job_id}/{a.name}"
+                for target in targets
+                for a in await self.store.list_artifacts(target)
+            ]
             await progress(
                 CancellationStep(
                     "clean_resources",
@@ -262,7 +269,7 @@ class CancellationService:
                 "runners_terminated": runners,
                 "slots_released": released,
                 "artifacts_preserved": artifacts,
-                "dependents_blocked": [],
+                "dependents_blocked": blocked,
                 "errors": errors,
             }
         except Exception as exc:
@@ -278,10 +285,22 @@ class CancellationService:
             "; ".join(errors) or None,
             True,
         )
-        final = await self.store.get(job.id) or job
+        latest = await self.store.get(job.id) or job
         record = await self.store.get_cancellation(job_id=job.id, request_id=None)
         assert record is not None
-        return _from_record(record_from_row(record), final, started)
+        return _from_record(record_from_row(record), latest, started)
+
+    async def _settle(self, ids: list[int], timeout: float) -> list[Job]:
+        """The jobs once none of them runs any more, or as they are at ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        with self.store.hints.subscribe(h.CHANGED, [str(i) for i in ids]) as sub:
+            while True:
+                jobs = [j for i in ids if (j := await self.store.get(i)) is not None]
+                left = deadline - loop.time()
+                if left <= 0 or all(j.state is not JobState.RUNNING for j in jobs):
+                    return jobs
+                await sub.get(min(self._poll, left))
 
     async def wait_settled(self, job_id: int, timeout: float) -> CancellationRecord | None:
         """The job's cancellation record once it has settled, or as it is at ``timeout``."""

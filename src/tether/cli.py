@@ -13,6 +13,7 @@ User mistakes print one red line on stderr, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib
 import json
@@ -31,10 +32,11 @@ from rich.text import Text
 
 from tether import display
 from tether.app import DEFAULT_CANCEL_WAIT, App
-from tether.cancellation import CancellationResult
+from tether.cancellation import CancellationRecord, CancellationResult
 from tether.config import WorkerConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
-from tether.job import JSON, Job
+from tether.job import JSON, Job, JobEvent
+from tether.states import JobState
 from tether.store import create_store
 from tether.task import EnqueueOptions
 from tether.worker import Worker
@@ -502,16 +504,16 @@ def job_show(
     app_ref: AppOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show every field of one job and its history."""
+    """Show every field of one job, its history, and its cancellation if any."""
     app = open_app(database, app_ref)
 
-    async def fetch() -> tuple[Job, list[Any]]:
+    async def fetch() -> tuple[Job, list[JobEvent], CancellationRecord | None]:
         job = await app.get(job_id)
-        return job, await app.events(job_id)
+        return job, await app.events(job_id), await app.cancellation(job_id)
 
-    job, events = run(app, fetch())
+    job, events, cancellation = run(app, fetch())
     if as_json:
-        print_json({"job": job, "events": events})
+        print_json({"job": job, "events": events, "cancellation": cancellation})
         return
     now = now_utc()
     fields = Table.grid(padding=(0, 2))
@@ -557,6 +559,13 @@ def job_show(
             display.first_line(ev.reason, 120),
         )
     out.print(history)
+    if cancellation is not None:
+        out.print()
+        line = Text("cancellation ", style="bold")
+        line.append(f"{cancellation.id}: ")
+        line.append(cancellation.status, style=_RECORD_STYLES.get(cancellation.status, ""))
+        line.append(f"  (details: tether job cancel-status {job.id})", style="grey50")
+        out.print(line)
 
 
 @job_cli.command("cancel")
@@ -570,6 +579,9 @@ def job_cancel(
         bool,
         typer.Option(help="Stop a running job at once, without its grace period."),
     ] = False,
+    cascade: Annotated[
+        bool, typer.Option(help="Also cancel the jobs it spawned that have not finished.")
+    ] = True,
     wait: Annotated[
         float,
         typer.Option(min=0, help="Seconds to wait for a running job to stop (0: do not wait)."),
@@ -578,13 +590,30 @@ def job_cancel(
     app_ref: AppOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel a job: at once if it is not running, else ask its worker to stop it."""
+    """Cancel a job: at once if it is not running, else ask its worker to stop it.
+
+    Exits 0 once the job is cancelled (or already was, or finished first, or is still
+    stopping), 1 if it succeeded already or does not exist.
+    """
     app = open_app(database, app_ref)
-    res = run(app, app.cancel(job_id, reason=reason, force=force, wait=wait, actor="cli"))
+
+    async def go() -> tuple[Job, CancellationResult]:
+        before = await app.get(job_id)
+        return before, await app.cancel(
+            job_id, reason=reason, force=force, cascade=cascade, wait=wait, actor="cli"
+        )
+
+    before, res = run(app, go())
+    if before.state is JobState.CANCELLED and res.outcome == "cancelled":
+        # A repeated request shares the first one's record, which says "cancelled";
+        # the person asking now wants to know that it was so before they asked.
+        res = dataclasses.replace(res, outcome="already_cancelled")
     if as_json:
-        print_json({"outcome": res.outcome, "job": res.job})
+        print_json(res)
         return
     out.print(_cancel_message(res))
+    for problem in res.errors if res.outcome != "requested" else res.errors[1:]:
+        out.print(Text(f"  note: {problem}", style="yellow"))
 
 
 def _cancel_message(res: CancellationResult) -> Text:
@@ -598,11 +627,163 @@ def _cancel_message(res: CancellationResult) -> Text:
             f"job {j.id} {j.state.value} before it saw the cancel request; its result stands",
             style="yellow",
         )
-    return Text(
-        f"job {j.id} is {j.display_state}: the request is recorded and its worker will stop "
-        "it; it will not run again",
-        style="yellow",
-    )
+    if res.outcome == "failed_over_budget":
+        return Text(
+            f"job {j.id} was paused over its budget, so it failed instead of being cancelled",
+            style="yellow",
+        )
+    # Still running: the service's first error says why and what happens next.
+    detail = res.errors[0] if res.errors else "its worker will stop it; it will not run again"
+    return Text(f"job {j.id} is {j.display_state}: {detail}", style="yellow")
+
+
+@job_cli.command("cancel-status")
+@friendly
+def job_cancel_status(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a job's cancellation record: its steps, what it stopped, and any errors."""
+    app = open_app(database, app_ref)
+    record = run(app, app.cancellation(job_id))
+    if record is None:
+        fail(f"job {job_id} has no cancellation record")
+    if as_json:
+        print_json(record)
+        return
+    now = now_utc()
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column(overflow="fold")
+    head.add_row("cancellation", record.id)
+    head.add_row("job", str(record.job_id))
+    head.add_row("status", Text(record.status, style=_RECORD_STYLES.get(record.status, "")))
+    head.add_row("reason", record.reason or "-")
+    head.add_row("force / cascade", f"{record.force} / {record.cascade}")
+    head.add_row("initiated", f"{display.age(record.initiated_at, now)} ago by "
+                 f"{record.initiated_by or 'unknown'}")  # fmt: skip
+    if record.completed_at is not None:
+        took = (record.completed_at - record.initiated_at).total_seconds()
+        head.add_row("completed", f"{display.age(record.completed_at, now)} ago, took {took:.2f}s")
+    for name, value in (record.result or {}).items():
+        if value and name not in ("errors", "duration_seconds"):
+            head.add_row(name.replace("_", " "), json.dumps(value))
+    if record.error:
+        head.add_row("error", Text(record.error, style="red"))
+    out.print(head)
+    steps = Table(title="steps", title_justify="left", box=None, header_style="bold")
+    for col in ("step", "status", "details", "error"):
+        steps.add_column(col, overflow="fold", no_wrap=col in ("step", "status"))
+    for step in record.steps:
+        steps.add_row(
+            step.name,
+            Text(step.status, style=_RECORD_STYLES.get(step.status, "")),
+            json.dumps(step.details) if step.details else "",
+            Text(step.error or "", style="red"),
+        )
+    out.print()
+    out.print(steps)
+
+
+_RECORD_STYLES = {"completed": "green", "partial": "yellow", "failed": "red", "skipped": "grey50"}
+
+
+@job_cli.command("cancellations")
+@friendly
+def job_cancellations(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 20,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many (newest first).")] = 0,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List cancellations, newest first."""
+    app = open_app(database, app_ref)
+    records = run(app, app.cancellations(limit, offset))
+    if as_json:
+        print_json(records)
+        return
+    if not records:
+        out.print("no cancellations")
+        return
+    now = now_utc()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("id", "job", "status", "by", "age", "reason"):
+        table.add_column(col, no_wrap=col != "reason", overflow="ellipsis")
+    for r in records:
+        table.add_row(
+            r.id,
+            str(r.job_id),
+            Text(r.status, style=_RECORD_STYLES.get(r.status, "")),
+            r.initiated_by or "",
+            display.age(r.initiated_at, now),
+            r.reason or "",
+        )
+    out.print(table)
+
+
+@job_cli.command("pause")
+@friendly
+def job_pause(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    reason: Annotated[
+        str | None, typer.Option(help="Recorded with the pause.", show_default=False)
+    ] = None,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pause a job: at once if it waits to run, at its next checkpoint if it runs."""
+    app = open_app(database, app_ref)
+    job = run(app, app.pause(job_id, reason=reason, actor="cli"))
+    if as_json:
+        print_json(job)
+    elif job.state is JobState.PAUSED:
+        out.print(Text(f"job {job.id} paused; `tether job resume {job.id}` continues it"))
+    else:
+        out.print(Text(f"job {job.id} is {job.display_state}: it pauses at its next checkpoint"))
+
+
+@job_cli.command("resume")
+@friendly
+def job_resume(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    budget: Annotated[
+        int | None,
+        typer.Option(min=1, help="A new usage budget for the job.", show_default=False),
+    ] = None,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Queue a paused job again; it continues from its checkpoint."""
+    app = open_app(database, app_ref)
+    job = run(app, app.resume(job_id, budget=budget, actor="cli"))
+    if as_json:
+        print_json(job)
+    elif job.state is JobState.RUNNING:
+        out.print(f"job {job.id}: pause withdrawn; it keeps running")
+    else:
+        out.print(Text(f"job {job.id} is {job.display_state} again"))
+
+
+@job_cli.command("retry")
+@friendly
+def job_retry(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Queue a failed job again with a fresh set of attempts."""
+    app = open_app(database, app_ref)
+    job = run(app, app.retry(job_id, actor="cli"))
+    if as_json:
+        print_json(job)
+    else:
+        out.print(f"job {job.id} is {job.display_state} again with {job.max_attempts} attempts")
 
 
 @job_cli.command("wait")
@@ -626,6 +807,74 @@ def job_wait(
     out.print(line)
     if job.state.value != "succeeded":
         raise typer.Exit(EXIT_FAILED)
+
+
+# -- queues ------------------------------------------------------------------------------
+
+queue_cli = typer.Typer(help="List, pause and resume queues.", no_args_is_help=True)
+cli.add_typer(queue_cli, name="queue")
+
+
+@queue_cli.command("list")
+@friendly
+def queue_list(
+    database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List queues with their jobs by state and whether they are paused."""
+    app = open_app(database, app_ref)
+    queues = run(app, app.queues())
+    if as_json:
+        print_json(queues)
+        return
+    if not queues:
+        out.print("no queues")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("queue")
+    table.add_column("paused")
+    for state in ("queued", "running", "retrying", "paused", "failed"):
+        table.add_column(state, justify="right")
+    for q in queues:
+        table.add_row(
+            q.name,
+            Text(f"yes ({q.reason})" if q.paused and q.reason else "yes", style="yellow")
+            if q.paused
+            else "",
+            *(
+                str(q.counts.get(s, 0))
+                for s in ("queued", "running", "retrying", "paused", "failed")
+            ),
+        )
+    out.print(table)
+
+
+@queue_cli.command("pause")
+@friendly
+def queue_pause(
+    name: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    reason: Annotated[
+        str | None, typer.Option(help="Why (shown by `tether queue list`).", show_default=False)
+    ] = None,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Stop workers from claiming from a queue; running jobs finish."""
+    app = open_app(database, app_ref)
+    run(app, app.pause_queue(name, reason=reason))
+    out.print(f"queue {name} paused: no new claims; running jobs finish")
+
+
+@queue_cli.command("resume")
+@friendly
+def queue_resume(
+    name: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Let workers claim from a paused queue again."""
+    app = open_app(database, app_ref)
+    run(app, app.resume_queue(name))
+    out.print(f"queue {name} resumed")
 
 
 # -- stats and workers -------------------------------------------------------------------

@@ -104,6 +104,16 @@ class WorkerConfig:
     cancel_timeout: float = 10.0
     # Process handlers: from SIGTERM until SIGKILL.
     kill_timeout: float = 5.0
+    # While the database keeps failing, loops back off exponentially after this many
+    # consecutive errors, up to max_backoff seconds between tries.
+    max_consecutive_errors: int = 3
+    max_backoff: float = 30.0
+    # Gradual start (off by default: 0). When on, the first job starts at once, jobs 2
+    # to ramp_warm_jobs one per ramp_warm_interval, and the remaining slots open evenly
+    # over ramp_window seconds.
+    ramp_window: float = 0.0
+    ramp_warm_jobs: int = 10
+    ramp_warm_interval: float = 1.0
     name: str | None = None
 
     def __post_init__(self) -> None:
@@ -123,6 +133,11 @@ class WorkerConfig:
             "kill_timeout",
         ):
             _positive(name, getattr(self, name))
+        if self.ramp_window < 0 or self.ramp_warm_jobs < 1 or self.ramp_warm_interval < 0:
+            raise ConfigError("ramp settings must not be negative (ramp_warm_jobs >= 1)")
+        if self.max_consecutive_errors < 0:
+            raise ConfigError("max_consecutive_errors must not be negative")
+        _positive("max_backoff", self.max_backoff)
         if self.cancel_grace < 0 or self.self_fence_margin < 0:
             raise ConfigError("cancel_grace and self_fence_margin must not be negative")
         if self.lease_duration < 2 * self.heartbeat_interval + self.self_fence_margin:

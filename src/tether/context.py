@@ -67,6 +67,8 @@ class JobContext:
         save_artifact: Callable[[str, bytes], Awaitable[bool]],
         on_lease_lost: Callable[[], None],
         on_usage: Callable[[int], None],
+        spawn: Callable[[str, dict[str, JSON]], Awaitable[Job]],
+        children: Callable[[], Awaitable[list[Job]]],
         max_payload_bytes: int,
         max_artifact_bytes: int,
     ) -> None:
@@ -79,6 +81,8 @@ class JobContext:
         self._save_artifact = save_artifact
         self._on_lease_lost = on_lease_lost
         self._on_usage = on_usage
+        self._spawn = spawn
+        self._children = children
         self._max_payload = max_payload_bytes
         self._max_artifact = max_artifact_bytes
 
@@ -92,10 +96,28 @@ class JobContext:
         """This attempt's number, from 1."""
         return self.job.attempt
 
+    @property
+    def phase(self) -> str | None:
+        """The current phase: ``None`` first ("ingest"), then what ``WaitForChildren`` named."""
+        return self.job.phase
+
     def check_cancelled(self) -> None:
         """Raise :class:`~tether.errors.Cancelled` if the job has been asked to stop."""
         if self.cancelled.is_set():
             raise Cancelled(self.cancelled.reason or "cancel")
+
+    async def spawn(self, task: Any, **args: JSON) -> Job:
+        """Create a child job (``task`` is a Task or its name).
+
+        Fenced by this job's lease: once the job was cancelled, deleted or rescued it
+        raises :class:`~tether.errors.LeaseLostError` and creates nothing.
+        """
+        name = task if isinstance(task, str) else task.name
+        return await self._spawn(name, args)
+
+    async def children(self) -> list[Job]:
+        """The jobs this job spawned, with their states and results."""
+        return await self._children()
 
     async def save_checkpoint(self, data: JSON) -> None:
         """Durably save ``data``; the next attempt starts with it as ``ctx.checkpoint``."""
@@ -189,6 +211,19 @@ class SyncJobContext:
     def save_artifact(self, name: str, data: bytes) -> None:
         """Store an artifact (blocks until written)."""
         self._call(self._ctx.save_artifact(name, data))
+
+    @property
+    def phase(self) -> str | None:
+        """The current phase (see :attr:`JobContext.phase`)."""
+        return self._ctx.phase
+
+    def spawn(self, task: Any, **args: JSON) -> Job:
+        """Create a child job (blocks until written)."""
+        return self._call(self._ctx.spawn(task, **args))
+
+    def children(self) -> list[Job]:
+        """The jobs this job spawned."""
+        return self._call(self._ctx.children())
 
     def _call(self, coro: Awaitable[T]) -> T:
         async def run() -> T:

@@ -14,20 +14,22 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rich.text import Text
 
-from tether.job import Job, JobEvent, WorkerInfo
+from tether.job import Job
 
 STATE_STYLES: dict[str, str] = {
     "queued": "cyan",
     "blocked": "magenta",
     "running": "bold blue",
     "cancelling": "bold yellow",
+    "pausing": "yellow",
     "retrying": "dark_orange",
     "paused": "grey62",
     "succeeded": "green",
     "failed": "bold red",
     "cancelled": "magenta",
 }
-"""Style per displayed state (``cancelling`` is a running job with a cancel request)."""
+"""Style per displayed state (``cancelling`` and ``pausing`` are running jobs with a
+pending request)."""
 
 WORKER_STYLES: dict[str, str] = {
     "active": "green",
@@ -118,8 +120,9 @@ def to_json(value: Any) -> Any:
         data = to_json(dataclasses.asdict(value))
         data["display_state"] = value.display_state
         return data
-    if isinstance(value, JobEvent | WorkerInfo):
-        return to_json(dataclasses.asdict(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # Field by field rather than asdict(), so nested jobs keep their display_state.
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, enum.Enum):

@@ -78,3 +78,18 @@ class Retry(TetherError):
 
 class Fail(TetherError):
     """Raised by a handler to fail the job at once, with no further attempts."""
+
+
+class WaitForChildren(TetherError):
+    """Raised (or returned) by a handler to end its current phase.
+
+    The job becomes ``blocked`` and holds no worker until every child it spawned has
+    ended; then it runs again with ``ctx.phase == phase`` and can read
+    ``await ctx.children()``.
+    """
+
+    def __init__(self, phase: str = "aggregate") -> None:
+        if not phase:
+            raise ValueError("a phase needs a name")
+        super().__init__(f"waiting for children; next phase: {phase}")
+        self.phase = phase

@@ -50,6 +50,10 @@ class Job:
     usage: int = 0
     limits: tuple[str, ...] = ()
     stopped_by: str | None = None
+    parent_id: int | None = None
+    phase: str | None = None
+    waiting_children: bool = False
+    cancel_cascade: bool = True
 
     @property
     def key_limit(self) -> str | None:
@@ -68,6 +72,8 @@ class Job:
             return "cancelling"
         if self.state is JobState.RUNNING and self.pause_requested_at is not None:
             return "pausing"
+        if self.state is JobState.BLOCKED and self.waiting_children:
+            return "waiting for children"
         return self.state.value
 
 
@@ -87,6 +93,10 @@ class NewJob:
     idempotency_key: str | None = None
     budget: int | None = None
     limits: tuple[str, ...] = ()
+    parent_id: int | None = None
+    depends_on: tuple[int, ...] = ()
+    # Dependencies on earlier entries of the same enqueue batch, by position.
+    depends_on_batch: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,7 @@ class Outcome:
     reason: str | None = None
     stopped_by: str | None = None
     usage: int | None = None
+    phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +187,7 @@ class JobFilter:
     key: str | None = None
     owner: str | None = None
     worker_id: str | None = None
+    parent_id: int | None = None
     limit: int = 100
     offset: int = 0
     ids: tuple[int, ...] | None = field(default=None)

@@ -31,6 +31,7 @@ class EnqueueOptions:
     idempotency_key: str | None = None
     owner: str | None = None
     budget: int | None = None
+    depends_on: tuple[int, ...] = ()
 
 
 class Task:

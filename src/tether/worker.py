@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tether import hints as h
 from tether.config import WorkerConfig
 from tether.context import JobContext
-from tether.errors import ConfigError, Fail, Retry
+from tether.errors import ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, start_handler
 from tether.job import Beat, Job, Outcome
 from tether.maintenance import Rescuer
@@ -38,7 +38,7 @@ from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
 from tether.store import Store
-from tether.task import Task
+from tether.task import EnqueueOptions, Task
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -376,6 +376,8 @@ class Worker:
             ),
             on_lease_lost=lambda: self._lease_lost(job.id),
             on_usage=lambda usage: self._check_budget(job.id, usage),
+            spawn=lambda name, args: self._spawn(job, name, args),
+            children=lambda: self.app.children(job.id),
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
         )
@@ -389,6 +391,19 @@ class Worker:
         run = self.running.get(job_id)
         if run is not None:
             self.interrupt(run, "lease_lost")
+
+    async def _spawn(self, parent: Job, task: str, args: dict[str, Any]) -> Job:
+        new = dataclasses.replace(
+            self.app.new_job(task, args, EnqueueOptions()), parent_id=parent.id
+        )
+        child = await self.store.spawn(parent.id, parent.lease_token, new)
+        if child is None:
+            self._lease_lost(parent.id)
+            raise LeaseLostError(
+                f"job {parent.id} can no longer spawn children: it was cancelled, deleted "
+                "or lost its lease"
+            )
+        return child
 
     def _check_budget(self, job_id: int, usage: int) -> None:
         run = self.running.get(job_id)
@@ -502,6 +517,15 @@ class Worker:
         job = run.job
         if run.interrupt == "lease_lost":
             return None
+        phase_end = value if isinstance(value, WaitForChildren) else None
+        if phase_end is not None and not run.stopped_by_us and run.interrupt is None:
+            return Outcome(
+                job.id,
+                job.lease_token,
+                JobState.BLOCKED,
+                phase=phase_end.phase,
+                reason=f"waiting for children; next phase {phase_end.phase}",
+            )
         if kind == "result" and not run.stopped_by_us:
             try:
                 encoded = json.dumps(value, allow_nan=False)

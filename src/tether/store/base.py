@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol, runtime_checkable
 
+from tether.errors import InvalidJobError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -52,6 +53,18 @@ def load_migrations(dialect: str) -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
+def check_dependencies(wanted: Sequence[int], found: dict[int, str]) -> None:
+    """Refuse dependencies that do not exist or can never succeed."""
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise InvalidJobError(f"unknown dependency id(s): {', '.join(map(str, missing))}")
+    dead = sorted(i for i, state in found.items() if state in ("failed", "cancelled"))
+    if dead:
+        raise InvalidJobError(
+            f"dependency {dead[0]} is {found[dead[0]]}; a job depending on it could never run"
+        )
+
+
 @runtime_checkable
 class Store(Protocol):
     """What tether needs from a database. Every method is a short transaction."""
@@ -89,7 +102,12 @@ class Store(Protocol):
         """A job's transitions, oldest first."""
 
     async def request_cancel(
-        self, job_id: int, reason: str | None, force: bool, actor: str | None
+        self,
+        job_id: int,
+        reason: str | None,
+        force: bool,
+        actor: str | None,
+        cascade: bool = True,
     ) -> Job:
         """Cancel a job that is not running at once; flag a running one.
 
@@ -203,6 +221,21 @@ class Store(Protocol):
 
     async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
         """Record how attempts ended, fenced. Returns the ids whose write was accepted."""
+
+    # -- workflows -----------------------------------------------------------------------
+
+    async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
+        """Create a child of a running parent, fenced by its lease (``None``: refused)."""
+
+    async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
+        """Delete a job, cancelling its active children first; returns the job as it was
+        and the children cancelled."""
+
+    async def downstream(self, job_ids: Sequence[int]) -> list[Job]:
+        """Every job reachable from these through dependencies and children."""
+
+    async def dependencies(self, job_id: int) -> tuple[list[int], list[int]]:
+        """The ids a job depends on, and the ids that depend on it."""
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from tether.job import (
     WorkerInfo,
 )
 from tether.states import ACTIVE, TERMINAL, transition_pairs
-from tether.store.base import PidAlive, load_migrations
+from tether.store.base import PidAlive, check_dependencies, load_migrations
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -103,21 +103,26 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
 """
 
 _EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
-# One statement: the fenced update, then one NOTIFY for all the ids it changed.
+# One fenced statement; the transition trigger sends the notifications.
 Q_FINISH: LiteralString = f"""
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
                          %(results)s::text[], %(errors)s::text[], %(delays)s::float8[],
-                         %(reasons)s::text[], %(usage)s::bigint[], %(stopped)s::text[])
-        AS v(id, token, state, result, error, delay, reason, usage, stopped_by)
+                         %(reasons)s::text[], %(usage)s::bigint[], %(stopped)s::text[],
+                         %(phases)s::text[])
+        AS v(id, token, state, result, error, delay, reason, usage, stopped_by, phase)
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
         error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
-        -- A release or a pause does not spend the attempt.
-        attempt = CASE WHEN v.state IN ('queued', 'paused') THEN j.attempt - 1
+        -- A release, a pause or the end of a phase does not spend the attempt.
+        attempt = CASE WHEN v.state IN ('queued', 'paused', 'blocked') THEN j.attempt - 1
                   ELSE j.attempt END,
+        phase = CASE WHEN {_EFF} = 'blocked' THEN v.phase ELSE j.phase END,
+        waiting_children = {_EFF} = 'blocked',
         run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
+                 WHEN v.state = 'queued' AND j.checkpoint IS NOT NULL
+                 THEN LEAST(j.run_at, j.created_at)
                  ELSE j.run_at END,
         finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
         lease_expires_at = NULL, actor = %(worker)s, usage = COALESCE(v.usage, j.usage),
@@ -131,14 +136,8 @@ WITH v AS (
                       ELSE v.reason END
     FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
     RETURNING j.id, j.state
-), changed AS (
-    SELECT pg_notify('tether_changed', string_agg(id::text, ',')) FROM u HAVING count(*) > 0
-), requeued AS (
-    SELECT pg_notify('tether_enqueued', '*') FROM u
-    WHERE state IN ('queued', 'retrying') HAVING count(*) > 0
 )
-SELECT u.id, u.state, (SELECT count(*) FROM changed) + (SELECT count(*) FROM requeued) AS n
-FROM u
+SELECT id, state FROM u
 """
 
 Q_CANCEL: LiteralString = f"""
@@ -147,7 +146,8 @@ UPDATE tether_jobs SET
     finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
     cancel_requested_at = COALESCE(cancel_requested_at, now()),
     cancel_reason = COALESCE(cancel_reason, %(reason)s),
-    cancel_force = cancel_force OR %(force)s, actor = %(actor)s, reason = %(reason)s
+    cancel_force = cancel_force OR %(force)s, actor = %(actor)s, reason = %(reason)s,
+    cancel_cascade = %(cascade)s
 WHERE id = %(id)s AND state IN ({CANCELLABLE_SQL})
 RETURNING state
 """
@@ -182,17 +182,63 @@ RETURNING state
 Q_RESCUE: LiteralString = f"""
 WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead')
 UPDATE tether_jobs SET state = {RESCUE_STATE},
-    lease_token = lease_token + 1, lease_expires_at = NULL, run_at = now(),
+    lease_token = lease_token + 1, lease_expires_at = NULL,
+    -- Recovered work that has a checkpoint goes first: back to its place in line.
+    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at) ELSE now() END,
     finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
     error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt '
             || attempt || '/' || max_attempts || ')',
     actor = 'rescuer',
+    -- Smart phase recovery: a later phase without children (the crash came between
+    -- the phase change and the spawns) starts again from the first phase.
+    phase = CASE WHEN phase IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id) THEN NULL
+            ELSE phase END,
     reason = CASE WHEN cancel_requested_at IS NOT NULL THEN 'rescued with a pending cancel'
              WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause'
              WHEN worker_id IN (SELECT id FROM dead) THEN 'worker dead'
              ELSE 'lease expired' END
+             || CASE WHEN phase IS NULL THEN ''
+                WHEN EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
+                THEN '; staying in phase ' || phase || ' ('
+                     || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
+                     || ' children found)'
+                ELSE '; reset to the ingest phase (no children found)' END
 WHERE state = 'running'
   AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
+RETURNING {JOB_COLUMNS}
+"""
+
+Q_INSERT_ONE: LiteralString = f"""
+INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
+                         owner, idempotency_key, actor, budget, limits, parent_id)
+VALUES (%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(key)s, %(state)s,
+        %(max_attempts)s, %(timeout)s, now() + make_interval(secs => %(delay)s), %(owner)s,
+        %(idem)s, 'enqueue', %(budget)s, %(limits)s::text[], %(parent)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING {JOB_COLUMNS}
+"""
+
+Q_SPAWN: LiteralString = f"""
+INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
+                         owner, idempotency_key, actor, budget, limits, parent_id)
+SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(key)s, 'queued',
+       %(max_attempts)s, %(timeout)s, now() + make_interval(secs => %(delay)s), p.owner,
+       %(idem)s, 'spawn', %(budget)s, %(limits)s::text[], p.id
+FROM tether_jobs p
+-- Fenced by the parent's lease: a cancelled, deleted or rescued parent cannot spawn.
+WHERE p.id = %(parent)s AND p.lease_token = %(token)s AND p.state = 'running'
+  AND p.cancel_requested_at IS NULL
+RETURNING {JOB_COLUMNS}
+"""
+
+Q_CANCEL_CHILDREN: LiteralString = f"""
+UPDATE tether_jobs SET state = 'cancelled',
+    cancel_requested_at = COALESCE(cancel_requested_at, now()),
+    cancel_reason = COALESCE(cancel_reason, 'parent job deleted'),
+    lease_token = lease_token + (state = 'running')::int, lease_expires_at = NULL,
+    finished_at = now(), actor = %(actor)s, reason = 'parent job deleted'
+WHERE parent_id = %(parent)s AND state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
 RETURNING {JOB_COLUMNS}
 """
 
@@ -324,6 +370,8 @@ class PostgresStore:
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         if not jobs:
             return []
+        if any(j.parent_id or j.depends_on or j.depends_on_batch for j in jobs):
+            return await self._enqueue_linked(jobs)
         cols: list[list[Any]] = [[] for _ in range(12)]
         for j in jobs:
             for col, value in zip(
@@ -384,6 +432,60 @@ class PostgresStore:
                     seen[k] = job
         return out
 
+    async def _enqueue_linked(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Jobs with dependencies or a parent, one by one in one transaction."""
+        out: list[Job] = []
+        async with self._conn() as conn, conn.transaction():
+            for j in jobs:
+                deps = sorted({*j.depends_on, *(out[i].id for i in j.depends_on_batch)})
+                state = "queued"
+                if deps:
+                    # FOR SHARE: an upstream job cannot finish between this check and our
+                    # commit, so its trigger will see the new dependency.
+                    cur = await conn.execute(
+                        "SELECT id, state FROM tether_jobs WHERE id = ANY(%s) FOR SHARE", (deps,)
+                    )
+                    found = {r["id"]: r["state"] for r in await cur.fetchall()}
+                    check_dependencies(deps, found)
+                    if any(st != "succeeded" for st in found.values()):
+                        state = "blocked"
+                cur = await conn.execute(
+                    Q_INSERT_ONE,
+                    {
+                        "task": j.task,
+                        "args": j.args_json,
+                        "queue": j.queue,
+                        "priority": j.priority,
+                        "key": j.key,
+                        "state": state,
+                        "max_attempts": j.max_attempts,
+                        "timeout": j.timeout,
+                        "delay": float(j.delay),
+                        "owner": j.owner,
+                        "idem": j.idempotency_key,
+                        "budget": j.budget,
+                        "limits": list(j.limits) or None,
+                        "parent": j.parent_id,
+                    },
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    cur = await conn.execute(
+                        f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = %s",
+                        (j.idempotency_key,),
+                    )
+                    row = await cur.fetchone()
+                    assert row is not None
+                elif deps:
+                    await conn.execute(
+                        "INSERT INTO tether_dependencies (job_id, depends_on) "
+                        "SELECT %s, unnest(%s::bigint[])",
+                        (row["id"], deps),
+                    )
+                out.append(self._rows.job(row))
+            await self._notify(conn, "tether_enqueued", sorted({j.queue for j in out}))
+        return out
+
     async def get(self, job_id: int) -> Job | None:
         async with self._conn() as conn:
             cur = await conn.execute(
@@ -398,7 +500,7 @@ class PostgresStore:
         if flt.states is not None:
             where.append(sql.SQL("state = ANY(%s)"))
             params.append([s.value for s in flt.states])
-        for column in ("queue", "task", "key", "owner", "worker_id"):
+        for column in ("queue", "task", "key", "owner", "worker_id", "parent_id"):
             value = getattr(flt, column)
             if value is not None:
                 where.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
@@ -428,22 +530,21 @@ class PostgresStore:
             return [self._rows.event(r) for r in await cur.fetchall()]
 
     async def request_cancel(
-        self, job_id: int, reason: str | None, force: bool, actor: str | None
+        self,
+        job_id: int,
+        reason: str | None,
+        force: bool,
+        actor: str | None,
+        cascade: bool = True,
     ) -> Job:
-        args = {"id": job_id, "reason": reason, "force": force, "actor": actor}
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(Q_CANCEL, args)
-            row = await cur.fetchone()
-            if row is not None:
-                channel = "tether_control" if row["state"] == "running" else "tether_changed"
-                await self._notify(conn, channel, [str(job_id)])
-            cur = await conn.execute(
-                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
-            )
-            found = await cur.fetchone()
-        if found is None:
-            raise JobNotFoundError(job_id)
-        return self._rows.job(found)
+        args = {
+            "id": job_id,
+            "reason": reason,
+            "force": force,
+            "actor": actor,
+            "cascade": cascade,
+        }
+        return await self._control(Q_CANCEL, args, job_id, "tether_control")
 
     async def _control(
         self, query: LiteralString, args: dict[str, Any], job_id: int, running_channel: str
@@ -455,11 +556,9 @@ class PostgresStore:
                 f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
             )
             found = await cur.fetchone()
-            if row is not None and found is not None:
-                channel = running_channel if row["state"] == "running" else "tether_changed"
-                await self._notify(conn, channel, [str(job_id)])
-                if row["state"] == "queued":
-                    await self._notify(conn, "tether_enqueued", [found["queue"]])
+            # State changes notify through the trigger; a flag on a running job does not.
+            if row is not None and row["state"] == "running":
+                await self._notify(conn, running_channel, [str(job_id)])
         if found is None:
             raise JobNotFoundError(job_id)
         return self._rows.job(found)
@@ -470,11 +569,11 @@ class PostgresStore:
 
     async def resume(self, job_id: int, budget: int | None, actor: str | None) -> Job:
         args = {"id": job_id, "budget": budget, "actor": actor}
-        return await self._control(Q_RESUME, args, job_id, "tether_changed")
+        return await self._control(Q_RESUME, args, job_id, "tether_control")
 
     async def retry(self, job_id: int, actor: str | None) -> Job:
         return await self._control(
-            Q_RETRY, {"id": job_id, "actor": actor}, job_id, "tether_changed"
+            Q_RETRY, {"id": job_id, "actor": actor}, job_id, "tether_control"
         )
 
     # -- queues, limits, artifacts, cancellations ----------------------------------------
@@ -748,6 +847,7 @@ class PostgresStore:
                 "reasons": [o.reason for o in part],
                 "usage": [o.usage for o in part],
                 "stopped": [o.stopped_by for o in part],
+                "phases": [o.phase for o in part],
                 "worker": worker_id,
             }
             async with self._conn() as conn:
@@ -785,11 +885,89 @@ class PostgresStore:
     async def rescue(self) -> list[Job]:
         async with self._conn() as conn, conn.transaction():
             cur = await conn.execute(Q_RESCUE)
-            rescued = [self._rows.job(r) for r in await cur.fetchall()]
-            if rescued:
-                await self._notify(conn, "tether_changed", [str(j.id) for j in rescued])
-                await self._notify(conn, "tether_enqueued", [h.ANY])
-        return rescued
+            return [self._rows.job(r) for r in await cur.fetchall()]
+
+    # -- workflows -----------------------------------------------------------------------
+
+    async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                Q_SPAWN,
+                {
+                    "parent": parent_id,
+                    "token": lease_token,
+                    "task": job.task,
+                    "args": job.args_json,
+                    "queue": job.queue,
+                    "priority": job.priority,
+                    "key": job.key,
+                    "max_attempts": job.max_attempts,
+                    "timeout": job.timeout,
+                    "delay": float(job.delay),
+                    "idem": job.idempotency_key,
+                    "budget": job.budget,
+                    "limits": list(job.limits) or None,
+                },
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                await self._notify(conn, "tether_enqueued", [job.queue])
+        return self._rows.job(row) if row else None
+
+    async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s FOR UPDATE", (job_id,)
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise JobNotFoundError(job_id)
+            cur = await conn.execute(Q_CANCEL_CHILDREN, {"parent": job_id, "actor": actor})
+            children = [self._rows.job(r) for r in await cur.fetchall()]
+            # Settle the job itself first, so counters and dependents see it end.
+            await conn.execute(
+                Q_CANCEL,
+                {
+                    "id": job_id,
+                    "reason": "job deleted",
+                    "force": True,
+                    "actor": actor,
+                    "cascade": True,
+                },
+            )
+            await conn.execute(
+                "UPDATE tether_jobs SET state = 'cancelled', lease_token = lease_token + 1, "
+                "lease_expires_at = NULL, finished_at = now(), actor = %s, reason = 'job deleted' "
+                "WHERE id = %s AND state = 'running'",
+                (actor, job_id),
+            )
+            await conn.execute("DELETE FROM tether_dependencies WHERE job_id = %s", (job_id,))
+            await conn.execute("DELETE FROM tether_artifacts WHERE job_id = %s", (job_id,))
+            await conn.execute("DELETE FROM tether_jobs WHERE id = %s", (job_id,))
+        return self._rows.job(row), children
+
+    async def downstream(self, job_ids: Sequence[int]) -> list[Job]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN "
+                "(SELECT id FROM tether_downstream(%s::bigint[])) ORDER BY id",
+                (list(job_ids),),
+            )
+            return [self._rows.job(r) for r in await cur.fetchall()]
+
+    async def dependencies(self, job_id: int) -> tuple[list[int], list[int]]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT depends_on AS id FROM tether_dependencies WHERE job_id = %s ORDER BY 1",
+                (job_id,),
+            )
+            upstream = [r["id"] for r in await cur.fetchall()]
+            cur = await conn.execute(
+                "SELECT job_id AS id FROM tether_dependencies WHERE depends_on = %s ORDER BY 1",
+                (job_id,),
+            )
+            downstream = [r["id"] for r in await cur.fetchall()]
+        return upstream, downstream
 
     # -- notifications -------------------------------------------------------------------
 

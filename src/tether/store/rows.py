@@ -17,7 +17,8 @@ JOB_COLUMNS = (
     "created_at, started_at, finished_at, worker_id, lease_token, lease_expires_at, "
     "heartbeat_at, cancel_requested_at, cancel_reason, cancel_force, checkpoint, "
     "progress_current, progress_total, result, error, owner, idempotency_key, "
-    "pause_requested_at, pause_reason, budget, usage, limits, stopped_by"
+    "pause_requested_at, pause_reason, budget, usage, limits, stopped_by, "
+    "parent_id, phase, waiting_children, cancel_cascade"
 )
 
 
@@ -84,6 +85,10 @@ class RowReader:
             usage=row["usage"],
             limits=tuple(self._list(row["limits"]) or ()),
             stopped_by=row["stopped_by"],
+            parent_id=row["parent_id"],
+            phase=row["phase"],
+            waiting_children=bool(row["waiting_children"]),
+            cancel_cascade=bool(row["cancel_cascade"]),
         )
 
     def event(self, row: Row) -> JobEvent:

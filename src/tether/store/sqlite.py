@@ -33,8 +33,8 @@ from tether.job import (
     QueueInfo,
     WorkerInfo,
 )
-from tether.states import ACTIVE, TERMINAL, transition_pairs
-from tether.store.base import PidAlive, load_migrations
+from tether.states import TERMINAL, transition_pairs
+from tether.store.base import PidAlive, check_dependencies, load_migrations
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -48,7 +48,9 @@ T = TypeVar("T")
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
-ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
+EACH = "(SELECT value FROM json_each(?))"
+LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
+HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)"
 # SQLite's default limit on bound parameters is 32766; stay well below it.
 CHUNK = 500
 
@@ -186,6 +188,19 @@ class SqliteStore:
         def run(conn: sqlite3.Connection) -> list[Job]:
             ids: list[int] = []
             for job in jobs:
+                deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
+                state = "queued"
+                if deps:
+                    found = {
+                        r[0]: r[1]
+                        for r in conn.execute(
+                            f"SELECT id, state FROM tether_jobs WHERE id IN ({_marks(len(deps))})",
+                            deps,
+                        )
+                    }
+                    check_dependencies(deps, found)
+                    if any(st != "succeeded" for st in found.values()):
+                        state = "blocked"
                 if job.idempotency_key is not None:
                     row = conn.execute(
                         "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
@@ -197,15 +212,16 @@ class SqliteStore:
                 row = conn.execute(
                     "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
                     "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
-                    "budget, limits) "
-                    f"VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue', "
-                    "?, ?) RETURNING id",
+                    "budget, limits, parent_id) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue', "
+                    "?, ?, ?) RETURNING id",
                     (
                         job.task,
                         job.args_json,
                         job.queue,
                         job.priority,
                         job.key,
+                        state,
                         job.max_attempts,
                         job.timeout,
                         job.delay,
@@ -213,9 +229,14 @@ class SqliteStore:
                         job.idempotency_key,
                         job.budget,
                         json.dumps(job.limits) if job.limits else None,
+                        job.parent_id,
                     ),
                 ).fetchone()
                 ids.append(row[0])
+                conn.executemany(
+                    "INSERT INTO tether_dependencies (job_id, depends_on) VALUES (?, ?)",
+                    [(row[0], d) for d in deps],
+                )
             found = self._jobs_by_ids(conn, ids)
             return [found[i] for i in ids]
 
@@ -232,7 +253,7 @@ class SqliteStore:
         if flt.states is not None:
             where.append(f"state IN ({_marks(len(flt.states))})")
             params.extend(s.value for s in flt.states)
-        for column in ("queue", "task", "key", "owner", "worker_id"):
+        for column in ("queue", "task", "key", "owner", "worker_id", "parent_id"):
             value = getattr(flt, column)
             if value is not None:
                 where.append(f"{column} = ?")
@@ -268,25 +289,30 @@ class SqliteStore:
         return await self._call(run)
 
     async def request_cancel(
-        self, job_id: int, reason: str | None, force: bool, actor: str | None
+        self,
+        job_id: int,
+        reason: str | None,
+        force: bool,
+        actor: str | None,
+        cascade: bool = True,
     ) -> Job:
         def run(conn: sqlite3.Connection) -> Job:
-            conn.execute(
+            row = conn.execute(
                 f"UPDATE tether_jobs SET state = {CANCEL_STATE}, "
                 f"finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {NOW} END, "
                 f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
                 "cancel_reason = COALESCE(cancel_reason, ?), "
-                "cancel_force = cancel_force OR ?, actor = ?, reason = ? "
-                f"WHERE id = ? AND state IN ({CANCELLABLE_SQL})",
-                (reason, force, actor, reason, job_id),
-            )
-            job = self._jobs_by_ids(conn, [job_id]).get(job_id)
-            if job is None:
-                raise JobNotFoundError(job_id)
-            return job
+                "cancel_force = cancel_force OR ?, actor = ?, reason = ?, cancel_cascade = ? "
+                f"WHERE id = ? AND state IN ({CANCELLABLE_SQL}) RETURNING state",
+                (reason, force, actor, reason, cascade, job_id),
+            ).fetchone()
+            if row is not None and row[0] != "running":
+                self._propagate(conn, [job_id])
+            return self._one(conn, job_id)
 
         job = await self._write_async(run)
-        self.hints.publish(h.CONTROL if job.state == "running" else h.CHANGED, [str(job_id)])
+        if job.state == "running":
+            self.hints.publish(h.CONTROL, [str(job_id)])
         return job
 
     async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
@@ -686,8 +712,13 @@ class SqliteStore:
             "result = ?2, "
             "error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
             # A release or a pause does not spend the attempt.
-            "attempt = CASE WHEN ?1 IN ('queued', 'paused') THEN attempt - 1 ELSE attempt END, "
-            f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 ELSE run_at END, "
+            "attempt = CASE WHEN ?1 IN ('queued', 'paused', 'blocked') THEN attempt - 1 "
+            "ELSE attempt END, "
+            f"phase = CASE WHEN {state} = 'blocked' THEN ?11 ELSE phase END, "
+            f"waiting_children = {state} = 'blocked', "
+            f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 "
+            "WHEN ?1 = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
+            "ELSE run_at END, "
             f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
             "lease_expires_at = NULL, actor = ?5, usage = COALESCE(?9, usage), "
             "stopped_by = ?10, "
@@ -716,14 +747,15 @@ class SqliteStore:
                         o.lease_token,
                         o.usage,
                         o.stopped_by,
+                        o.phase,
                     ),
                 ).fetchone()
                 if row is not None:
                     accepted.add(row[0])
+            self._propagate(conn, sorted(accepted))
             return accepted
 
         accepted = await self._write_async(run)
-        self.hints.publish(h.CHANGED, [str(i) for i in accepted])
         if any(o.state.value in ("queued", "retrying") for o in outcomes):
             self.hints.publish(h.ENQUEUED, [h.ANY])
         return accepted
@@ -754,7 +786,10 @@ class SqliteStore:
         def run(conn: sqlite3.Connection) -> list[Job]:
             rows = conn.execute(
                 f"UPDATE tether_jobs SET state = {RESCUE_STATE}, "
-                f"lease_token = lease_token + 1, lease_expires_at = NULL, run_at = {NOW}, "
+                "lease_token = lease_token + 1, lease_expires_at = NULL, "
+                # Recovered work that has a checkpoint goes first: back to its place in line.
+                f"run_at = CASE WHEN checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
+                f"ELSE {NOW} END, "
                 f"finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN {NOW} "
                 "ELSE NULL END, "
                 "error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt ' "
@@ -764,17 +799,208 @@ class SqliteStore:
                 "WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause' "
                 "WHEN worker_id IN (SELECT id FROM tether_workers WHERE state = 'dead') "
                 "THEN 'worker dead' ELSE 'lease expired' END "
+                f"|| CASE WHEN phase IS NULL THEN '' WHEN {HAS_CHILDREN} "
+                "THEN '; staying in phase ' || phase || ' (' || (SELECT COUNT(*) FROM "
+                "tether_jobs c WHERE c.parent_id = tether_jobs.id) || ' children found)' "
+                "ELSE '; reset to the ingest phase (no children found)' END, "
+                # Smart phase recovery: a later phase without children (the crash came
+                # between the phase change and the spawns) starts again from the first.
+                f"phase = CASE WHEN phase IS NOT NULL AND NOT {HAS_CHILDREN} THEN NULL "
+                "ELSE phase END "
                 f"WHERE state = 'running' AND (lease_expires_at < {NOW} OR worker_id IN "
                 "(SELECT id FROM tether_workers WHERE state = 'dead')) "
                 f"RETURNING {JOB_COLUMNS}"
             ).fetchall()
-            return [self._rows.job(r) for r in rows]
+            jobs = [self._rows.job(r) for r in rows]
+            self._propagate(conn, [j.id for j in jobs])
+            return jobs
 
         rescued = await self._write_async(run)
         if rescued:
-            self.hints.publish(h.CHANGED, [str(j.id) for j in rescued])
             self.hints.publish(h.ENQUEUED, [h.ANY])
         return rescued
+
+    # -- workflows -----------------------------------------------------------------------
+
+    def _propagate(self, conn: sqlite3.Connection, changed: list[int]) -> None:
+        """The workflow consequences of transitions, in the same transaction.
+
+        The same rules as the PostgreSQL trigger (``tether_workflow_step``), applied
+        until nothing more changes: orphaned children of finished parents are cancelled
+        (a running one with its lease revoked); everything downstream of a failed job,
+        or of one cancelled with cascade, is cancelled; dependents whose dependencies
+        all succeeded are queued; waiting parents whose children all ended are queued.
+        """
+        pending = list(changed)
+        while pending:
+            ids, pending = pending, []
+            self.hints.publish(h.CHANGED, [str(i) for i in ids])
+            rows = conn.execute(
+                f"SELECT id, state, cancel_cascade FROM tether_jobs WHERE id IN {EACH}",
+                (json.dumps(ids),),
+            ).fetchall()
+            done = [r[0] for r in rows if r[1] in ("succeeded", "failed")]
+            roots = [r[0] for r in rows if r[1] == "failed" or (r[1] == "cancelled" and r[2])]
+            if done:
+                pending += [
+                    r[0]
+                    for r in conn.execute(
+                        "UPDATE tether_jobs SET state = 'cancelled', "
+                        f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
+                        "cancel_reason = COALESCE(cancel_reason, 'parent job completed'), "
+                        "lease_token = lease_token + (state = 'running'), "
+                        f"lease_expires_at = NULL, finished_at = {NOW}, actor = 'tether', "
+                        "reason = 'parent job completed' "
+                        f"WHERE parent_id IN {EACH} AND state IN ({LIVE_SQL}) RETURNING id",
+                        (json.dumps(done),),
+                    )
+                ]
+            if roots:
+                hit = conn.execute(
+                    f"WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(?) "
+                    "UNION SELECT d.job_id FROM tether_dependencies d JOIN reach r "
+                    "ON d.depends_on = r.id "
+                    "UNION SELECT c.id FROM tether_jobs c JOIN reach r ON c.parent_id = r.id) "
+                    "UPDATE tether_jobs SET "
+                    "state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END, "
+                    f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
+                    "cancel_reason = COALESCE(cancel_reason, "
+                    "'an upstream job was cancelled or failed'), "
+                    f"finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {NOW} END, "
+                    "actor = 'tether', reason = 'an upstream job was cancelled or failed' "
+                    f"WHERE id IN (SELECT id FROM reach) AND id NOT IN {EACH} "
+                    f"AND state IN ({LIVE_SQL}) RETURNING id, state",
+                    (json.dumps(roots), json.dumps(roots)),
+                ).fetchall()
+                self.hints.publish(h.CONTROL, [str(r[0]) for r in hit if r[1] == "running"])
+                pending += [r[0] for r in hit if r[1] != "running"]
+            succeeded = [r[0] for r in rows if r[1] == "succeeded"]
+            if succeeded:
+                pending += [
+                    r[0]
+                    for r in conn.execute(
+                        f"UPDATE tether_jobs SET state = 'queued', run_at = {NOW}, "
+                        "actor = 'tether', reason = 'dependencies succeeded' "
+                        "WHERE state = 'blocked' AND NOT waiting_children AND id IN "
+                        f"(SELECT job_id FROM tether_dependencies WHERE depends_on IN {EACH}) "
+                        "AND NOT EXISTS (SELECT 1 FROM "
+                        "tether_dependencies d JOIN tether_jobs up ON up.id = d.depends_on "
+                        "WHERE d.job_id = tether_jobs.id AND up.state <> 'succeeded') "
+                        "RETURNING id",
+                        (json.dumps(succeeded),),
+                    )
+                ]
+            released = [
+                r[0]
+                for r in conn.execute(
+                    "UPDATE tether_jobs SET state = 'queued', waiting_children = 0, "
+                    f"run_at = {NOW}, actor = 'tether', "
+                    "reason = 'children finished; phase ' || COALESCE(phase, 'ingest') "
+                    f"WHERE state = 'blocked' AND waiting_children AND (id IN {EACH} OR id IN "
+                    f"(SELECT parent_id FROM tether_jobs WHERE id IN {EACH})) "
+                    "AND NOT EXISTS (SELECT 1 FROM tether_jobs c "
+                    f"WHERE c.parent_id = tether_jobs.id AND c.state IN ({LIVE_SQL})) "
+                    "RETURNING id",
+                    (json.dumps(ids), json.dumps(ids)),
+                )
+            ]
+            pending += released
+            if released or succeeded:
+                self.hints.publish(h.ENQUEUED, [h.ANY])
+
+    async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
+        def run(conn: sqlite3.Connection) -> Job | None:
+            row = conn.execute(
+                "INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, "
+                "timeout, run_at, created_at, owner, idempotency_key, actor, budget, limits, "
+                f"parent_id) SELECT ?, ?, ?, ?, ?, 'queued', ?, ?, {NOW} + ?, {NOW}, p.owner, "
+                "?, 'spawn', ?, ?, p.id FROM tether_jobs p WHERE p.id = ? AND "
+                "p.lease_token = ? AND p.state = 'running' AND p.cancel_requested_at IS NULL "
+                "RETURNING id",
+                (
+                    job.task,
+                    job.args_json,
+                    job.queue,
+                    job.priority,
+                    job.key,
+                    job.max_attempts,
+                    job.timeout,
+                    job.delay,
+                    job.idempotency_key,
+                    job.budget,
+                    json.dumps(job.limits) if job.limits else None,
+                    parent_id,
+                    lease_token,
+                ),
+            ).fetchone()
+            return self._one(conn, row[0]) if row else None
+
+        child = await self._write_async(run)
+        if child is not None:
+            self.hints.publish(h.ENQUEUED, [child.queue])
+        return child
+
+    async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
+        def run(conn: sqlite3.Connection) -> tuple[Job, list[Job]]:
+            job = self._one(conn, job_id)
+            children = [
+                r[0]
+                for r in conn.execute(
+                    "UPDATE tether_jobs SET state = 'cancelled', "
+                    f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
+                    "cancel_reason = COALESCE(cancel_reason, 'parent job deleted'), "
+                    "lease_token = lease_token + (state = 'running'), lease_expires_at = NULL, "
+                    f"finished_at = {NOW}, actor = ?, reason = 'parent job deleted' "
+                    f"WHERE parent_id = ? AND state IN ({LIVE_SQL}) RETURNING id",
+                    (actor, job_id),
+                )
+            ]
+            # Settle the job itself first, so counters and dependents see it end.
+            conn.execute(
+                "UPDATE tether_jobs SET state = 'cancelled', "
+                f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
+                "cancel_reason = COALESCE(cancel_reason, 'job deleted'), "
+                "lease_token = lease_token + (state = 'running'), lease_expires_at = NULL, "
+                f"finished_at = {NOW}, actor = ?, reason = 'job deleted' "
+                f"WHERE id = ? AND state IN ({CANCELLABLE_SQL})",
+                (actor, job_id),
+            )
+            self._propagate(conn, [*children, job_id])
+            conn.execute("DELETE FROM tether_dependencies WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM tether_artifacts WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM tether_jobs WHERE id = ?", (job_id,))
+            found = self._jobs_by_ids(conn, children)
+            return job, [found[i] for i in children]
+
+        return await self._write_async(run)
+
+    async def downstream(self, job_ids: Sequence[int]) -> list[Job]:
+        def run() -> list[Job]:
+            rows = self._db().execute(
+                "WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(?) "
+                "UNION SELECT d.job_id FROM tether_dependencies d JOIN reach r "
+                "ON d.depends_on = r.id "
+                "UNION SELECT c.id FROM tether_jobs c JOIN reach r ON c.parent_id = r.id) "
+                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN (SELECT id FROM reach) "
+                "AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id",
+                (json.dumps(list(job_ids)), json.dumps(list(job_ids))),
+            )
+            return [self._rows.job(r) for r in rows]
+
+        return await self._call(run)
+
+    async def dependencies(self, job_id: int) -> tuple[list[int], list[int]]:
+        def run() -> tuple[list[int], list[int]]:
+            conn = self._db()
+            up = conn.execute(
+                "SELECT depends_on FROM tether_dependencies WHERE job_id = ? ORDER BY 1", (job_id,)
+            )
+            down = conn.execute(
+                "SELECT job_id FROM tether_dependencies WHERE depends_on = ? ORDER BY 1", (job_id,)
+            )
+            return [r[0] for r in up], [r[0] for r in down]
+
+        return await self._call(run)
 
     async def listen(self) -> None:
         """Nothing to do: SQLite has no notifications; waits poll."""
