@@ -147,7 +147,10 @@ class CancellationService:
         record = await self.wait_settled(job_id, wait)
         final = await self.store.get(job_id)
         assert record is not None and final is not None
-        return _from_record(record, final, started)
+        answer = _from_record(record, final, started)
+        if answer.outcome == "cancelled" and job.state is JobState.CANCELLED:
+            answer = dataclasses.replace(answer, outcome="already_cancelled")
+        return answer
 
     async def _run(
         self, row: CancellationRow, job: Job, wait: float, started: float

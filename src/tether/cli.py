@@ -741,7 +741,7 @@ def job_pause(
     if as_json:
         print_json(job)
     elif job.state is JobState.PAUSED:
-        out.print(Text(f"job {job.id} paused; `tether job resume {job.id}` continues it"))
+        out.print(Text(f"job {job.id} paused (tether job resume {job.id} continues it)"))
     else:
         out.print(Text(f"job {job.id} is {job.display_state}: it pauses at its next checkpoint"))
 

@@ -573,7 +573,8 @@ class DemoRun:
         if waiting:
             c.print(
                 f"  tether worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip()
-                + f"   # runs the {waiting} unfinished jobs, resuming from checkpoints"
+                + f"   # runs the {waiting} unfinished job{'s' if waiting != 1 else ''}, "
+                "resuming from checkpoints"
             )
 
 

@@ -175,6 +175,8 @@ class Outcome:
     stopped_by: str | None = None
     usage: int | None = None
     phase: str | None = None
+    progress_current: int | None = None
+    progress_total: int | None = None
 
 
 @dataclass(frozen=True)

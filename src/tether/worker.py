@@ -170,14 +170,68 @@ class Heartbeater(Service):
                 self.worker.interrupt(run, "lease_lost")
 
 
+class Ramp:
+    """A gradual start: how many jobs a worker may have claimed ``elapsed`` seconds in.
+
+    The first job at once, jobs 2 to ``warm_jobs`` one per ``warm_interval``, then the
+    rest of the backlog found at start spread evenly over ``window`` seconds; after
+    that, no limit. A window of 0 turns the ramp off.
+    """
+
+    def __init__(self, config: WorkerConfig, backlog: int) -> None:
+        self.window = config.ramp_window
+        self.warm_jobs = config.ramp_warm_jobs
+        self.warm_interval = config.ramp_warm_interval
+        self.rest = max(0, backlog - self.warm_jobs)
+
+    @property
+    def warm_time(self) -> float:
+        """Seconds until the warm phase has let ``warm_jobs`` jobs start."""
+        return (self.warm_jobs - 1) * self.warm_interval
+
+    def allowed(self, elapsed: float) -> int | None:
+        """Jobs that may have been claimed by now; ``None`` once the ramp is over."""
+        if self.window <= 0 or elapsed >= self.warm_time + self.window:
+            return None
+        if elapsed < self.warm_time:
+            return 1 + int(elapsed / self.warm_interval)
+        return self.warm_jobs + int(self.rest * (elapsed - self.warm_time) / self.window)
+
+    def next_step(self, elapsed: float) -> float:
+        """Seconds until :meth:`allowed` may grow."""
+        if elapsed < self.warm_time:
+            return self.warm_interval - (elapsed % self.warm_interval)
+        if self.rest == 0:
+            return self.warm_time + self.window - elapsed
+        return self.window / self.rest
+
+
 class Claimer(Service):
-    """Leases jobs while slots are free."""
+    """Leases jobs while slots are free (and, during a gradual start, the ramp allows)."""
 
     name = "claimer"
 
     def __init__(self, worker: Worker) -> None:
-        super().__init__(worker.config.poll_interval, max_backoff=30.0, logger=log)
+        cfg = worker.config
+        super().__init__(
+            cfg.poll_interval,
+            max_consecutive_errors=cfg.max_consecutive_errors,
+            max_backoff=cfg.max_backoff,
+            logger=log,
+        )
         self.worker = worker
+        self.claimed = 0
+        self.ramp: Ramp | None = None
+        self.started = asyncio.get_running_loop().time()
+
+    def delay(self) -> float:
+        base = super().delay()
+        if self.ramp is None or self.errors:
+            return base
+        elapsed = asyncio.get_running_loop().time() - self.started
+        if self.ramp.allowed(elapsed) is None:
+            return base
+        return min(base, self.ramp.next_step(elapsed))
 
     async def run_once(self) -> int:
         """Claim and start up to the free slots (at most ``claim_batch``)."""
@@ -186,12 +240,21 @@ class Claimer(Service):
         if w.stopping or free <= 0:
             return 0
         limit = min(free, w.config.claim_batch)
+        if self.ramp is not None:
+            allowed = self.ramp.allowed(asyncio.get_running_loop().time() - self.started)
+            if allowed is None:
+                self.ramp = None
+            else:
+                limit = min(limit, allowed - self.claimed)
+                if limit <= 0:
+                    return 0
         jobs = await w.store.claim(
             w.id, w.config.queues, w.task_names, limit, w.config.lease_duration
         )
+        self.claimed += len(jobs)
         for job in jobs:
             w.launch(job)
-        if len(jobs) == limit and len(w.running) < w.config.concurrency:
+        if len(jobs) == limit and len(w.running) < w.config.concurrency and self.ramp is None:
             self.wake()  # there may be more waiting
         return len(jobs)
 
@@ -254,9 +317,12 @@ class Worker:
         self.completer = Completer(self._store, self.id)
         self.rescuer = Rescuer(
             self._store,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
             interval=self.config.rescue_interval,
             session_grace=self.config.dead_session_grace,
         )
+        await self._open()
         self._services = [self.completer, self.heartbeater, self.rescuer, self.claimer]
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",
@@ -273,6 +339,41 @@ class Worker:
             self._tasks.append(asyncio.create_task(self._forward_hints(), name="tether-hints"))
         else:
             self._tasks.append(asyncio.create_task(self.completer.run(), name="tether-completer"))
+
+    async def _open(self) -> None:
+        """A graceful opening: recover orphans first, then (if set) start gradually.
+
+        Orphans are jobs still leased by dead workers, including this host's previous
+        incarnation of this worker; recovered jobs with a checkpoint go back to their
+        place in line, ahead of newer work.
+        """
+        try:
+            recovered = await self.rescuer.run_once()
+        except Exception as exc:
+            log.warning("could not recover orphaned jobs at start: %s", exc)
+            recovered = []
+        if recovered:
+            with_checkpoint = sum(1 for j in recovered if j.checkpoint is not None)
+            log.info(
+                "recovered %d orphaned job(s) at start (%d with a checkpoint go first)",
+                len(recovered),
+                with_checkpoint,
+            )
+        if self.config.ramp_window > 0:
+            backlog = 0
+            with contextlib.suppress(Exception):
+                for queue in await self.store.list_queues():
+                    if queue.name in self.config.queues:
+                        backlog += queue.counts.get("queued", 0) + queue.counts.get("retrying", 0)
+            self.claimer.ramp = Ramp(self.config, backlog)
+            log.info(
+                "gradual start: %d job(s) waiting; first now, then up to %d over %.0fs, "
+                "the rest over %.0fs",
+                backlog,
+                self.config.ramp_warm_jobs,
+                self.claimer.ramp.warm_time,
+                self.config.ramp_window,
+            )
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Start and run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
@@ -430,8 +531,14 @@ class Worker:
             outcome = self._outcome(run, kind, value)
             if outcome is None:
                 return
-            if run.ctx.usage != job.usage:
-                outcome = dataclasses.replace(outcome, usage=run.ctx.usage)
+            # The last progress and usage travel with the outcome, not a late heartbeat.
+            current, total = run.ctx.progress
+            outcome = dataclasses.replace(
+                outcome,
+                usage=run.ctx.usage if run.ctx.usage != job.usage else None,
+                progress_current=current,
+                progress_total=total,
+            )
             run.finishing = True
             accepted = await self.completer.submit(outcome)
             if accepted:

@@ -81,7 +81,7 @@ async def test_cancelling_twice_is_not_an_error(echo_app: App) -> None:
     job = await echo_app.enqueue("echo", {})
     first = await echo_app.cancel(job.id, reason="first")
     second = await echo_app.cancel(job.id, reason="second")
-    assert (first.outcome, second.outcome) == ("cancelled", "cancelled")
+    assert (first.outcome, second.outcome) == ("cancelled", "already_cancelled")
     assert second.cancellation_id == first.cancellation_id, "one record, not two"
     assert second.job.cancel_reason == "first"
 

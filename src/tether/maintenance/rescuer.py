@@ -25,8 +25,21 @@ class Rescuer(Service):
 
     name = "rescuer"
 
-    def __init__(self, store: Store, *, interval: float, session_grace: float) -> None:
-        super().__init__(interval, logger=log)
+    def __init__(
+        self,
+        store: Store,
+        *,
+        interval: float,
+        session_grace: float,
+        max_consecutive_errors: int = 3,
+        max_backoff: float = 30.0,
+    ) -> None:
+        super().__init__(
+            interval,
+            max_consecutive_errors=max_consecutive_errors,
+            max_backoff=max_backoff,
+            logger=log,
+        )
         self.store = store
         self.session_grace = session_grace
         self.host = hostname()

@@ -109,8 +109,8 @@ WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
                          %(results)s::text[], %(errors)s::text[], %(delays)s::float8[],
                          %(reasons)s::text[], %(usage)s::bigint[], %(stopped)s::text[],
-                         %(phases)s::text[])
-        AS v(id, token, state, result, error, delay, reason, usage, stopped_by, phase)
+                         %(phases)s::text[], %(cur)s::bigint[], %(tot)s::bigint[])
+        AS v(id, token, state, result, error, delay, reason, usage, stopped_by, phase, cur, tot)
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
@@ -126,6 +126,8 @@ WITH v AS (
                  ELSE j.run_at END,
         finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
         lease_expires_at = NULL, actor = %(worker)s, usage = COALESCE(v.usage, j.usage),
+        progress_current = COALESCE(v.cur, j.progress_current),
+        progress_total = COALESCE(v.tot, j.progress_total),
         stopped_by = v.stopped_by,
         pause_requested_at = CASE WHEN {_EFF} = 'paused' THEN j.pause_requested_at END,
         pause_reason = CASE WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
@@ -280,27 +282,38 @@ class PostgresStore:
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
             kwargs={"autocommit": True, "row_factory": dict_row},
             name="tether",
+            # Fail fast while the database is down: the callers' loops back off.
+            timeout=5.0,
         )
         self._opened = False
         self._rows = RowReader(text_json=False, epoch_times=False)
         self._listener: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._backend_pid: int | None = None
-        self._want_lead = False
         self._leader = False
+        self._leader_conn: psycopg.AsyncConnection[Any] | None = None
         self._workers: set[str] = set()
 
     # -- plumbing ------------------------------------------------------------------------
 
     async def open(self) -> None:
         if not self._opened:
+            # One direct connection first: its error names the real cause (bad password,
+            # unknown database, refused), which the pool only logs.
             try:
+                probe = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10)
+                await probe.close()
                 await self._pool.open(wait=True, timeout=10)
             except Exception as exc:
-                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+                raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from exc
             self._opened = True
 
     async def close(self) -> None:
+        if self._leader_conn is not None:
+            with contextlib.suppress(Exception):
+                await self._leader_conn.close()
+            self._leader_conn = None
+            self._leader = False
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
@@ -848,6 +861,8 @@ class PostgresStore:
                 "usage": [o.usage for o in part],
                 "stopped": [o.stopped_by for o in part],
                 "phases": [o.phase for o in part],
+                "cur": [o.progress_current for o in part],
+                "tot": [o.progress_total for o in part],
                 "worker": worker_id,
             }
             async with self._conn() as conn:
@@ -858,9 +873,27 @@ class PostgresStore:
     # -- maintenance ---------------------------------------------------------------------
 
     async def try_lead(self) -> bool:
-        self._want_lead = True
-        await self.listen()
-        return self._leader
+        # Leadership is a session-level advisory lock held by a connection of its own:
+        # it lasts exactly as long as that session, and a dead leader frees it.
+        try:
+            if self._leader_conn is None or self._leader_conn.closed:
+                self._leader_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                self._leader = False
+            if self._leader:
+                await self._leader_conn.execute("SELECT 1")
+                return True
+            cur = await self._leader_conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+            row = await cur.fetchone()
+            self._leader = bool(row and row[0])
+            if self._leader:
+                log.info("this process is now the maintenance leader")
+            return self._leader
+        except psycopg.Error as exc:
+            self._leader = False
+            if self._leader_conn is not None:
+                await self._leader_conn.close()
+                self._leader_conn = None
+            raise StoreError(f"postgresql: {exc}") from exc
 
     async def mark_dead_workers(
         self, host: str, pid_alive: PidAlive, session_grace: float
@@ -977,24 +1010,31 @@ class PostgresStore:
             self._listener = asyncio.create_task(self._listen_forever(), name="tether-listen")
 
     async def _listen_forever(self) -> None:
-        delay = 0.1
+        delay, failures, last_log = 0.1, 0, -1e9
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
             except psycopg.Error as exc:
-                log.warning("LISTEN connection failed, retrying in %.1fs: %s", delay, exc)
+                failures += 1
+                # Bounded logs while the database is down: the first failure, then one
+                # line every 30 s.
+                if failures == 1 or loop.time() - last_log > 30:
+                    last_log = loop.time()
+                    log.warning("LISTEN connection failed (%d in a row): %s", failures, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
+            if failures:
+                log.info("LISTEN connection restored after %d failed tries", failures)
+            delay, failures = 0.1, 0
             try:
                 async with conn:
                     await self._serve(conn)
-                    delay = 0.1
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost, reconnecting: %s", exc)
             finally:
                 self._connected.clear()
-                self._leader = False
                 self._backend_pid = None
             await asyncio.sleep(delay)
 
@@ -1011,15 +1051,8 @@ class PostgresStore:
         # Anything published while we were away is lost: wake every waiter to re-check.
         self.hints.publish_all()
         while True:
-            if self._want_lead and not self._leader:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
-                row = await cur.fetchone()
-                self._leader = bool(row and row[0])
-                if self._leader:
-                    log.info("this process is now the maintenance leader")
-            else:
-                # A cheap round trip that also notices a dead connection.
-                await conn.execute("SELECT 1")
+            # A cheap round trip that also notices a dead connection.
+            await conn.execute("SELECT 1")
             async for note in conn.notifies(timeout=1.0):
                 target = CHANNELS.get(note.channel)
                 if target is not None:

@@ -114,7 +114,7 @@ class SqliteStore:
         try:
             return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
         except sqlite3.Error as exc:
-            raise StoreError(f"sqlite: {exc}") from exc
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
 
     def _db(self) -> sqlite3.Connection:
         assert self._conn is not None, "store is not open"
@@ -721,6 +721,8 @@ class SqliteStore:
             "ELSE run_at END, "
             f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
             "lease_expires_at = NULL, actor = ?5, usage = COALESCE(?9, usage), "
+            "progress_current = COALESCE(?12, progress_current), "
+            "progress_total = COALESCE(?13, progress_total), "
             "stopped_by = ?10, "
             f"pause_requested_at = CASE WHEN {state} = 'paused' THEN pause_requested_at END, "
             f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) "
@@ -748,6 +750,8 @@ class SqliteStore:
                         o.usage,
                         o.stopped_by,
                         o.phase,
+                        o.progress_current,
+                        o.progress_total,
                     ),
                 ).fetchone()
                 if row is not None:
