@@ -91,13 +91,17 @@ WITH v AS (
                          %(tot)s::bigint[], %(usage)s::bigint[]) AS v(id, token, cur, tot, usage)
 ), w AS (
     UPDATE tether_workers SET heartbeat_at = now() WHERE id = %(worker)s
+), locked AS (
+    -- Row locks in id order: a concurrent completion (same order) cannot deadlock us.
+    SELECT j.id FROM tether_jobs j JOIN v ON v.id = j.id ORDER BY j.id FOR UPDATE OF j
 )
 UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
     heartbeat_at = now(),
     progress_current = COALESCE(v.cur, j.progress_current),
     progress_total = COALESCE(v.tot, j.progress_total),
     usage = COALESCE(v.usage, j.usage)
-FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+FROM v JOIN locked ON locked.id = v.id
+WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
           j.pause_requested_at IS NOT NULL AS pause
 """
@@ -111,6 +115,8 @@ WITH v AS (
                          %(reasons)s::text[], %(usage)s::bigint[], %(stopped)s::text[],
                          %(phases)s::text[], %(cur)s::bigint[], %(tot)s::bigint[])
         AS v(id, token, state, result, error, delay, reason, usage, stopped_by, phase, cur, tot)
+), locked AS (
+    SELECT j.id FROM tether_jobs j JOIN v ON v.id = j.id ORDER BY j.id FOR UPDATE OF j
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
@@ -136,7 +142,8 @@ WITH v AS (
                       THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested')
                       WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
                       ELSE v.reason END
-    FROM v WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+    FROM v JOIN locked ON locked.id = v.id
+    WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
     RETURNING j.id, j.state
 )
 SELECT id, state FROM u
@@ -206,8 +213,9 @@ UPDATE tether_jobs SET state = {RESCUE_STATE},
                      || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
                      || ' children found)'
                 ELSE '; reset to the ingest phase (no children found)' END
-WHERE state = 'running'
-  AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
+WHERE id IN (SELECT id FROM tether_jobs WHERE state = 'running'
+             AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
+             ORDER BY id FOR UPDATE)
 RETURNING {JOB_COLUMNS}
 """
 

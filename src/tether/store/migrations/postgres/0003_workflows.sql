@@ -29,10 +29,23 @@ LANGUAGE sql STABLE AS $$
         SELECT x.id FROM reach r CROSS JOIN LATERAL (
             SELECT d.job_id AS id FROM tether_dependencies d WHERE d.depends_on = r.id
             UNION ALL
-            SELECT c.id FROM tether_jobs c WHERE c.parent_id = r.id
+            SELECT c.id FROM tether_jobs c WHERE c.parent_id IS NOT NULL AND c.parent_id = r.id
         ) AS x
     )
     SELECT id FROM reach WHERE id <> ALL(roots)
+$$;
+
+-- Whether any of these jobs has a child / a dependent. One index probe per id (LIMIT 1
+-- in a lateral subquery), whatever the planner's statistics say: this runs on every
+-- transition, and a sequential scan here would cost the hot path dearly.
+CREATE FUNCTION tether_any_child(ids BIGINT[]) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM unnest(ids) AS x(id), LATERAL (
+        SELECT 1 FROM tether_jobs c WHERE c.parent_id = x.id LIMIT 1) AS hit)
+$$;
+
+CREATE FUNCTION tether_any_dependent(ids BIGINT[]) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM unnest(ids) AS x(id), LATERAL (
+        SELECT 1 FROM tether_dependencies d WHERE d.depends_on = x.id LIMIT 1) AS hit)
 $$;
 
 -- The workflow consequences of one statement's transitions, in the same transaction:
@@ -45,55 +58,65 @@ $$;
 --    children have all ended is queued again for its next phase.
 CREATE FUNCTION tether_workflow_step(changed BIGINT[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    roots BIGINT[];
     stopping BIGINT[];
 BEGIN
-    UPDATE tether_jobs c SET state = 'cancelled',
-        cancel_requested_at = COALESCE(c.cancel_requested_at, now()),
-        cancel_reason = COALESCE(c.cancel_reason, 'parent job completed'),
-        lease_token = c.lease_token + (c.state = 'running')::int, lease_expires_at = NULL,
-        finished_at = now(), actor = 'tether', reason = 'parent job completed'
-    FROM tether_jobs p
-    WHERE p.id = ANY(changed) AND p.state IN ('succeeded', 'failed') AND c.parent_id = p.id
-      AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused');
-
-    WITH roots AS (
-        SELECT array_agg(id) AS ids FROM tether_jobs
-        WHERE id = ANY(changed)
-          AND (state = 'failed' OR (state = 'cancelled' AND cancel_cascade))
-    ), hit AS (
-        UPDATE tether_jobs j SET
-            state = CASE WHEN j.state = 'running' THEN 'running' ELSE 'cancelled' END,
-            cancel_requested_at = COALESCE(j.cancel_requested_at, now()),
-            cancel_reason = COALESCE(j.cancel_reason, 'an upstream job was cancelled or failed'),
-            finished_at = CASE WHEN j.state = 'running' THEN j.finished_at ELSE now() END,
-            actor = 'tether', reason = 'an upstream job was cancelled or failed'
-        FROM roots
-        WHERE roots.ids IS NOT NULL AND j.id IN (SELECT id FROM tether_downstream(roots.ids))
-          AND j.state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
-        RETURNING j.id, j.state
-    )
-    SELECT array_agg(id) INTO stopping FROM hit WHERE state = 'running';
-    IF stopping IS NOT NULL THEN
-        PERFORM pg_notify('tether_control', array_to_string(stopping, ','));
+    -- Each step first checks, by index, whether it has anything to do: most transitions
+    -- (a plain job finishing) touch no workflow at all.
+    IF tether_any_child(changed) THEN
+        UPDATE tether_jobs c SET state = 'cancelled',
+            cancel_requested_at = COALESCE(c.cancel_requested_at, now()),
+            cancel_reason = COALESCE(c.cancel_reason, 'parent job completed'),
+            lease_token = c.lease_token + (c.state = 'running')::int, lease_expires_at = NULL,
+            finished_at = now(), actor = 'tether', reason = 'parent job completed'
+        FROM tether_jobs p
+        WHERE p.id = ANY(changed) AND p.state IN ('succeeded', 'failed') AND c.parent_id = p.id
+          AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused');
     END IF;
 
-    UPDATE tether_jobs j SET state = 'queued', run_at = now(), actor = 'tether',
-        reason = 'dependencies succeeded'
-    WHERE j.state = 'blocked' AND NOT j.waiting_children
-      AND j.id IN (SELECT d.job_id FROM tether_dependencies d
-                   JOIN tether_jobs up ON up.id = d.depends_on
-                   WHERE d.depends_on = ANY(changed) AND up.state = 'succeeded')
-      AND NOT EXISTS (SELECT 1 FROM tether_dependencies d JOIN tether_jobs up
-                      ON up.id = d.depends_on
-                      WHERE d.job_id = j.id AND up.state <> 'succeeded');
+    SELECT array_agg(id) INTO roots FROM tether_jobs
+    WHERE id = ANY(changed) AND (state = 'failed' OR (state = 'cancelled' AND cancel_cascade));
+    IF roots IS NOT NULL AND (tether_any_dependent(roots) OR tether_any_child(roots)) THEN
+        WITH hit AS (
+            UPDATE tether_jobs j SET
+                state = CASE WHEN j.state = 'running' THEN 'running' ELSE 'cancelled' END,
+                cancel_requested_at = COALESCE(j.cancel_requested_at, now()),
+                cancel_reason = COALESCE(j.cancel_reason,
+                                         'an upstream job was cancelled or failed'),
+                finished_at = CASE WHEN j.state = 'running' THEN j.finished_at ELSE now() END,
+                actor = 'tether', reason = 'an upstream job was cancelled or failed'
+            WHERE j.id IN (SELECT id FROM tether_downstream(roots))
+              AND j.state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
+            RETURNING j.id, j.state
+        )
+        SELECT array_agg(id) INTO stopping FROM hit WHERE state = 'running';
+        IF stopping IS NOT NULL THEN
+            PERFORM pg_notify('tether_control', array_to_string(stopping, ','));
+        END IF;
+    END IF;
 
-    UPDATE tether_jobs p SET state = 'queued', waiting_children = false, run_at = now(),
-        actor = 'tether', reason = 'children finished; phase ' || COALESCE(p.phase, 'ingest')
-    WHERE p.state = 'blocked' AND p.waiting_children
-      AND (p.id = ANY(changed)
-           OR p.id IN (SELECT c.parent_id FROM tether_jobs c WHERE c.id = ANY(changed)))
-      AND NOT EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = p.id
-                      AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused'));
+    IF tether_any_dependent(changed) THEN
+        UPDATE tether_jobs j SET state = 'queued', run_at = now(), actor = 'tether',
+            reason = 'dependencies succeeded'
+        WHERE j.state = 'blocked' AND NOT j.waiting_children
+          AND j.id IN (SELECT d.job_id FROM tether_dependencies d
+                       JOIN tether_jobs up ON up.id = d.depends_on
+                       WHERE d.depends_on = ANY(changed) AND up.state = 'succeeded')
+          AND NOT EXISTS (SELECT 1 FROM tether_dependencies d JOIN tether_jobs up
+                          ON up.id = d.depends_on
+                          WHERE d.job_id = j.id AND up.state <> 'succeeded');
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM tether_jobs c WHERE c.id = ANY(changed)
+               AND (c.parent_id IS NOT NULL OR c.waiting_children)) THEN
+        UPDATE tether_jobs p SET state = 'queued', waiting_children = false, run_at = now(),
+            actor = 'tether', reason = 'children finished; phase ' || COALESCE(p.phase, 'ingest')
+        WHERE p.state = 'blocked' AND p.waiting_children
+          AND (p.id = ANY(changed)
+               OR p.id IN (SELECT c.parent_id FROM tether_jobs c WHERE c.id = ANY(changed)))
+          AND NOT EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = p.id
+                          AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused'));
+    END IF;
 END
 $$;
 
