@@ -21,12 +21,14 @@ from tether.errors import (
     StoreError,
     TetherError,
     UnknownTaskError,
+    WaitForChildren,
     WaitTimeoutError,
 )
 from tether.job import Job, JobEvent, WorkerInfo
 from tether.states import JobState
 from tether.task import Task
 from tether.worker import Worker
+from tether.workflow import Workflow
 
 __all__ = [
     "App",
@@ -54,9 +56,11 @@ __all__ = [
     "Task",
     "TetherError",
     "UnknownTaskError",
+    "WaitForChildren",
     "WaitTimeoutError",
     "Worker",
     "WorkerConfig",
     "WorkerInfo",
+    "Workflow",
 ]
 __version__ = "0.1.0"

@@ -499,7 +499,8 @@ class Worker:
         )
         child = await self.store.spawn(parent.id, parent.lease_token, new)
         if child is None:
-            self._lease_lost(parent.id)
+            # Refused because of a pending cancel or a lost lease: the heartbeat tells
+            # which, and the job ends accordingly. Only this spawn fails here.
             raise LeaseLostError(
                 f"job {parent.id} can no longer spawn children: it was cancelled, deleted "
                 "or lost its lease"
@@ -625,7 +626,9 @@ class Worker:
         if run.interrupt == "lease_lost":
             return None
         phase_end = value if isinstance(value, WaitForChildren) else None
-        if phase_end is not None and not run.stopped_by_us and run.interrupt is None:
+        # A phase that ended on its own is recorded even under a pending pause or cancel:
+        # the store lets a cancel win, and a pause applies when the next phase starts.
+        if phase_end is not None and not run.stopped_by_us:
             return Outcome(
                 job.id,
                 job.lease_token,

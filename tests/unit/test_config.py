@@ -42,9 +42,7 @@ def test_jitter_spreads_delays_within_bounds() -> None:
     assert all(8 <= d <= 12 for d in delays)
 
 
-@pytest.mark.parametrize(
-    "bad", [{"base_delay": -1}, {"factor": 0.5}, {"jitter": 1.5}]
-)
+@pytest.mark.parametrize("bad", [{"base_delay": -1}, {"factor": 0.5}, {"jitter": 1.5}])
 def test_invalid_retry_policies_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         RetryPolicy(**bad)

@@ -7,9 +7,7 @@ from tether.worker import Ramp
 
 
 def ramp(backlog: int, window: float = 100.0) -> Ramp:
-    return Ramp(
-        fast_config(ramp_window=window, ramp_warm_jobs=10, ramp_warm_interval=1.0), backlog
-    )
+    return Ramp(fast_config(ramp_window=window, ramp_warm_jobs=10, ramp_warm_interval=1.0), backlog)
 
 
 def test_first_job_at_once_then_one_per_interval_up_to_the_warm_jobs() -> None:

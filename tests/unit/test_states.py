@@ -44,5 +44,5 @@ def test_every_active_state_and_failed_can_be_cancelled() -> None:
 
 
 def test_terminal_and_active_partition_the_states() -> None:
-    assert TERMINAL | ACTIVE == set(JobState)
+    assert set(JobState) == TERMINAL | ACTIVE
     assert not TERMINAL & ACTIVE

@@ -135,7 +135,8 @@ WITH v AS (
         progress_current = COALESCE(v.cur, j.progress_current),
         progress_total = COALESCE(v.tot, j.progress_total),
         stopped_by = v.stopped_by,
-        pause_requested_at = CASE WHEN {_EFF} = 'paused' THEN j.pause_requested_at END,
+        pause_requested_at = CASE WHEN {_EFF} IN ('paused', 'blocked')
+                             THEN j.pause_requested_at END,
         pause_reason = CASE WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
                        ELSE j.pause_reason END,
         reason = CASE WHEN {_EFF} = 'cancelled'

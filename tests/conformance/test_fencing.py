@@ -1,0 +1,115 @@
+"""Fencing: every worker write carries the lease token; a stale token changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.job import Beat, Job, Outcome
+from tether.states import JobState
+from tether.store import Store
+
+from .support import Db, claim_one, enqueue_one, outcome, running_job
+
+OUTCOMES = [
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.RETRYING,
+    JobState.QUEUED,
+    JobState.CANCELLED,
+    JobState.BLOCKED,
+]
+
+
+async def assert_all_writes_rejected(store: Store, job_id: int, token: int) -> None:
+    """Heartbeat, checkpoint and every finish outcome with ``token`` change nothing."""
+    before = await store.get(job_id)
+    events = await store.events(job_id)
+    beat = await store.heartbeat("stale", [Beat(job_id, token, 9, 9)], 3600)
+    assert beat.alive == frozenset()
+    assert beat.requests == ()
+    assert await store.save_checkpoint(job_id, token, '{"stale": true}') is False
+    for state in OUTCOMES:
+        late = Outcome(job_id, token, state, result_json='"stale"', error="stale", reason="x")
+        assert await store.finish("stale", [late]) == set()
+    assert await store.get(job_id) == before
+    assert await store.events(job_id) == events
+
+
+@pytest.mark.parametrize("offset", [-1, 1], ids=["older", "newer"])
+async def test_writes_with_a_wrong_token_on_a_running_job_change_nothing(
+    store: Store, offset: int
+) -> None:
+    job = await running_job(store, "w1")
+    await assert_all_writes_rejected(store, job.id, job.lease_token + offset)
+    after = await store.get(job.id)
+    assert after is not None and after.state is JobState.RUNNING
+
+
+async def test_writes_with_the_current_token_are_accepted(store: Store) -> None:
+    job = await running_job(store, "w1")
+    beat = await store.heartbeat("w1", [Beat(job.id, job.lease_token, 1, 2)], 60)
+    assert beat.alive == {job.id}
+    assert await store.save_checkpoint(job.id, job.lease_token, '{"page": 3}') is True
+    assert await store.finish("w1", [outcome(job, JobState.SUCCEEDED)]) == {job.id}
+    done = await store.get(job.id)
+    assert done is not None and done.checkpoint == {"page": 3} and done.progress_current == 1
+
+
+async def test_writes_after_finish_are_rejected(store: Store) -> None:
+    job = await running_job(store, "w1")
+    assert await store.finish("w1", [outcome(job, JobState.SUCCEEDED)]) == {job.id}
+    await assert_all_writes_rejected(store, job.id, job.lease_token)
+
+
+async def test_old_token_writes_are_rejected_after_a_rescue(store: Store, db: Db) -> None:
+    job = await running_job(store, "w-old", queue="q")
+    db.expire_lease(job.id)
+    [rescued] = await store.rescue()
+    assert rescued.lease_token == job.lease_token + 1
+    await assert_all_writes_rejected(store, job.id, job.lease_token)
+
+    # The next attempt holds a newer token still; both older ones stay rejected.
+    new = await claim_one(store, "w-new", queue="q")
+    assert new.lease_token == job.lease_token + 2
+    for stale in (job.lease_token, rescued.lease_token):
+        await assert_all_writes_rejected(store, job.id, stale)
+    assert await store.save_checkpoint(job.id, new.lease_token, '{"mine": 1}') is True
+    assert await store.finish("w-new", [outcome(new, JobState.SUCCEEDED)]) == {job.id}
+    done = await store.get(job.id)
+    assert done is not None
+    assert (done.state, done.worker_id, done.checkpoint) == ("succeeded", "w-new", {"mine": 1})
+
+
+async def test_old_token_writes_are_rejected_after_a_release_and_reclaim(store: Store) -> None:
+    job = await running_job(store, "w1", queue="q")
+    assert await store.finish("w1", [outcome(job, JobState.QUEUED)]) == {job.id}
+    again = await claim_one(store, "w2", queue="q")
+    assert again.lease_token > job.lease_token
+    await assert_all_writes_rejected(store, job.id, job.lease_token)
+
+
+async def test_batched_writes_accept_only_the_fresh_tokens(store: Store) -> None:
+    fresh = await running_job(store, "w1", queue="q")
+    other = await running_job(store, "w1", queue="q2")
+    beat = await store.heartbeat(
+        "w1",
+        [Beat(fresh.id, fresh.lease_token), Beat(other.id, other.lease_token + 5)],
+        60,
+    )
+    assert beat.alive == {fresh.id}
+    accepted = await store.finish(
+        "w1",
+        [
+            outcome(fresh, JobState.SUCCEEDED),
+            Outcome(other.id, other.lease_token + 5, JobState.SUCCEEDED),
+        ],
+    )
+    assert accepted == {fresh.id}
+    still: Job | None = await store.get(other.id)
+    assert still == other
+
+
+async def test_a_job_that_was_never_claimed_rejects_token_zero(store: Store) -> None:
+    job = await enqueue_one(store)
+    assert job.lease_token == 0
+    await assert_all_writes_rejected(store, job.id, 0)

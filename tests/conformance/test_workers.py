@@ -1,0 +1,98 @@
+"""Worker rows: registration, state changes, listing, and dead-process detection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from tether import procinfo
+from tether.store import Store
+
+from .support import Db, assert_between, running_job
+
+
+async def finished_pid() -> int:
+    """The pid of a child process that has exited and been reaped."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await proc.wait()
+    assert not procinfo.pid_alive(proc.pid, None)
+    return proc.pid
+
+
+async def test_registered_worker_is_listed_as_active(store: Store, db: Db) -> None:
+    before = db.now()
+    await store.register_worker("w1", "crawler", "host-a", 4242, 99, ["q1", "q2"], 8)
+    after = db.now()
+    [w] = await store.list_workers()
+    assert (w.id, w.name, w.host, w.pid, w.state) == ("w1", "crawler", "host-a", 4242, "active")
+    assert_between(w.started_at, before, after)
+    assert_between(w.heartbeat_at, before, after)
+    assert w.running_jobs == 0
+
+
+async def test_list_workers_counts_the_leases_each_holds(store: Store) -> None:
+    await store.register_worker("w1", None, "h", 1, None, ["q"], 4)
+    await store.register_worker("w2", None, "h", 2, None, ["q"], 4)
+    for _ in range(3):
+        await running_job(store, "w1")
+    await running_job(store, "w2")
+    counts = {w.id: w.running_jobs for w in await store.list_workers()}
+    assert counts == {"w1": 3, "w2": 1}
+
+
+async def test_list_workers_shows_the_newest_first(store: Store, db: Db) -> None:
+    for n in range(3):
+        await store.register_worker(f"w{n}", None, "h", n + 1, None, ["q"], 1)
+        db.set_ago("tether_workers", "started_at", f"w{n}", 100 - n)
+    assert [w.id for w in await store.list_workers()] == ["w2", "w1", "w0"]
+
+
+async def test_set_worker_state_moves_the_worker(store: Store) -> None:
+    await store.register_worker("w1", None, "h", 1, None, ["q"], 1)
+    for state in ("draining", "stopped", "dead", "active"):
+        await store.set_worker_state("w1", state)
+        [w] = await store.list_workers()
+        assert w.state == state
+
+
+async def test_worker_whose_process_is_gone_is_marked_dead(store: Store) -> None:
+    host = procinfo.hostname()
+    me = os.getpid()
+    gone = await finished_pid()
+    await store.register_worker("w-gone", None, host, gone, None, ["q"], 1)
+    await store.register_worker("w-live", None, host, me, procinfo.start_time(me), ["q"], 1)
+    await store.register_worker("w-elsewhere", None, "other-host", gone, None, ["q"], 1)
+    dead = await store.mark_dead_workers(host, procinfo.pid_alive, 3600)
+    assert dead == ["w-gone"]
+    states = {w.id: w.state for w in await store.list_workers()}
+    assert states == {"w-gone": "dead", "w-live": "active", "w-elsewhere": "active"}
+    # Already dead: not reported again.
+    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == []
+
+
+async def test_worker_whose_pid_was_reused_is_marked_dead(store: Store) -> None:
+    host = procinfo.hostname()
+    me = os.getpid()
+    start = procinfo.start_time(me)
+    assert start is not None
+    await store.register_worker("w-old", None, host, me, start - 1, ["q"], 1)
+    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == ["w-old"]
+
+
+async def test_stopped_workers_are_left_alone(store: Store) -> None:
+    host = procinfo.hostname()
+    await store.register_worker("w1", None, host, await finished_pid(), None, ["q"], 1)
+    await store.set_worker_state("w1", "stopped")
+    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == []
+    [w] = await store.list_workers()
+    assert w.state == "stopped"
+
+
+async def test_marking_a_worker_dead_lets_rescue_take_its_jobs(store: Store) -> None:
+    host = procinfo.hostname()
+    await store.register_worker("w1", None, host, await finished_pid(), None, ["q"], 1)
+    job = await running_job(store, "w1", lease=3600)
+    assert await store.rescue() == []
+    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == ["w1"]
+    assert [j.id for j in await store.rescue()] == [job.id]
