@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from tether import hints as h
-from tether.errors import IllegalTransitionError, JobNotFoundError
+from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError
 from tether.job import CancellationRow, Job
 from tether.states import JobState
 from tether.store import Store
@@ -132,6 +132,14 @@ class CancellationService:
         if job is None:
             raise JobNotFoundError(job_id)
         existing = await self.store.get_cancellation(job_id=job_id, request_id=request_id)
+        if existing is not None and existing.job_id != job_id:
+            raise InvalidJobError(
+                f"request id {request_id!r} belongs to the cancellation of job {existing.job_id}"
+            )
+        if existing is not None and existing.status in FINAL and job.state is JobState.FAILED:
+            # Cancelling a failed job again dismisses it (failed -> cancelled), which
+            # frees a key it holds; the record gains a step saying so.
+            return await self._dismiss(record_from_row(existing), job, started)
         if existing is None and job.state is JobState.SUCCEEDED:
             raise IllegalTransitionError(job_id, job.state.value, "cancel")
         if existing is None and job.state is JobState.CANCELLED:
@@ -293,6 +301,31 @@ class CancellationService:
         assert record is not None
         return _from_record(record_from_row(record), latest, started)
 
+    async def _dismiss(
+        self, record: CancellationRecord, job: Job, started: float
+    ) -> CancellationResult:
+        t0 = _now()
+        job = await self.store.request_cancel(
+            job.id, record.reason, record.force, record.initiated_by, record.cascade
+        )
+        step = CancellationStep(
+            "dismiss", "completed", t0, _now(), {"state_before": "failed", "state_after": job.state}
+        )
+        result = dict(record.result or {})
+        result["tasks_cancelled"] = sorted({*result.get("tasks_cancelled", []), job.id})
+        result["tasks_failed"] = [i for i in result.get("tasks_failed", []) if i != job.id]
+        await self.store.update_cancellation(
+            record.id,
+            "completed",
+            [*(dataclasses.asdict(s) for s in record.steps), dataclasses.asdict(step)],
+            result,
+            None,
+            True,
+        )
+        row = await self.store.get_cancellation(job_id=job.id, request_id=None)
+        assert row is not None
+        return _from_record(record_from_row(row), job, started)
+
     async def _settle(self, ids: list[int], timeout: float) -> list[Job]:
         """The jobs once none of them runs any more, or as they are at ``timeout``."""
         loop = asyncio.get_running_loop()
@@ -307,6 +340,9 @@ class CancellationService:
 
     async def wait_settled(self, job_id: int, timeout: float) -> CancellationRecord | None:
         """The job's cancellation record once it has settled, or as it is at ``timeout``."""
+        listen = getattr(self.store, "listen", None)
+        if listen is not None:
+            await listen()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         with self.store.hints.subscribe(h.CHANGED, [str(job_id)]) as sub:

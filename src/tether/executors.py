@@ -91,8 +91,11 @@ class ProcessHandle:
         self.stopped_by: str | None = None
         self.abandon_after = kill_timeout + 5.0
         self._saves: set[asyncio.Future[None]] = set()
+        self._eof = False
         mp = multiprocessing.get_context("spawn")
         self._conn, child_conn = mp.Pipe()
+        # Why the worker sends SIGTERM (cancel, pause, shutdown), for the child to read.
+        self._reason = mp.Array("c", 32)
         self.proc = mp.Process(
             target=_child_main,
             args=(
@@ -101,6 +104,9 @@ class ProcessHandle:
                 ctx.job.args,
                 ctx.checkpoint,
                 child_conn,
+                self._reason,
+                ctx.job.id,
+                ctx.job.attempt,
             ),
             name=f"tether-job-{ctx.job.id}",
             daemon=True,
@@ -118,6 +124,7 @@ class ProcessHandle:
             self._signal(signal.SIGKILL)
             return
         self.stopped_by = self.stopped_by or "sigterm"
+        self._reason.value = (self.ctx.cancelled.reason or "cancel").encode()[:31]  # type: ignore[attr-defined]
         self._signal(signal.SIGTERM)
         if self._kill_timer is None:
             self._kill_timer = self.loop.call_later(self.kill_timeout, self._escalate)
@@ -136,7 +143,9 @@ class ProcessHandle:
         try:
             msg = self._conn.recv()
         except (EOFError, OSError):
-            self.loop.remove_reader(self._conn.fileno())
+            self._eof = True
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(self._conn.fileno())
             return
         kind = msg[0]
         if kind == "checkpoint":
@@ -163,8 +172,9 @@ class ProcessHandle:
         self.loop.remove_reader(self.proc.sentinel)
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self._conn.fileno())
-        # Drain what the child sent just before it exited.
-        while self._outcome is None and self._conn.poll():
+        # Drain what the child sent just before it exited (at end of file, poll() stays
+        # true, so stop there).
+        while self._outcome is None and not self._eof and self._conn.poll():
             self._on_message()
         self.proc.join()
         self._conn.close()
@@ -196,9 +206,14 @@ class ProcessJobContext:
     """The context a process handler gets: the same names, backed by the pipe."""
 
     def __init__(
-        self, job_id: int, checkpoint: JSON | None, conn: multiprocessing.connection.Connection
+        self,
+        job_id: int,
+        attempt: int,
+        checkpoint: JSON | None,
+        conn: multiprocessing.connection.Connection,
     ) -> None:
         self.id = job_id
+        self.attempt = attempt
         self.checkpoint = checkpoint
         self.cancelled = CancelSignal()
         self._conn = conn
@@ -231,12 +246,15 @@ def _child_main(
     args: dict[str, JSON],
     checkpoint: JSON | None,
     conn: multiprocessing.connection.Connection,
+    reason: Any,
+    job_id: int,
+    attempt: int,
 ) -> None:
-    ctx = ProcessJobContext(0, checkpoint, conn)
+    ctx = ProcessJobContext(job_id, attempt, checkpoint, conn)
 
     def on_term(signum: int, frame: object) -> None:
+        ctx.cancelled.reason = reason.value.decode() or "cancel"
         ctx.cancelled._flag.set()
-        ctx.cancelled.reason = "cancel"
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides, not Ctrl-C

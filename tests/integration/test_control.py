@@ -270,12 +270,6 @@ async def test_repeated_cancel_with_the_same_request_id_returns_the_same_record(
     assert len(await app.cancellations()) == 1
 
 
-@pytest.mark.xfail(
-    reason="bug: a request_id already used for another job's cancellation is matched to "
-    "that record; cancel() then waits its whole `wait` for a record of this job that is "
-    "never created and dies on an assert (cancellation.py cancel/get_cancellation)",
-    strict=True,
-)
 async def test_request_id_of_another_jobs_cancellation_is_refused_at_once(app: App) -> None:
     @app.task
     async def idle(ctx: tether.JobContext) -> None:
@@ -458,11 +452,6 @@ async def test_wait_cancelled_for_a_job_never_cancelled_returns_false_after_its_
     assert (await app.get(job.id)).state is JobState.QUEUED
 
 
-@pytest.mark.xfail(
-    reason="bug: wait_cancelled never starts the PostgreSQL LISTEN connection (App._wait_for "
-    "does), so an App that runs no worker is never notified and only polls",
-    strict=True,
-)
 async def test_wait_cancelled_in_another_app_is_woken_by_notify(pg_url: str) -> None:
     app = App(pg_url, config=AppConfig(wait_poll_interval=0.05))
     observer = App(pg_url, config=AppConfig(wait_poll_interval=20.0))  # a CLI, say

@@ -202,12 +202,6 @@ async def test_block_on_hold_false_lets_jobs_run_past_a_held_job(
     assert (await app.get(first.id)).state is JobState.PAUSED
 
 
-@pytest.mark.xfail(
-    reason="bug: cancelling a job paused over its budget fails it, and a failed job still "
-    "holds its key; a second cancel (the documented dismissal) returns the first record "
-    "and changes nothing, so the key stays blocked (cancellation.py cancel)",
-    strict=True,
-)
 async def test_a_job_failed_over_budget_can_be_dismissed_to_unblock_its_key(
     app: App, workers: StartWorker
 ) -> None:

@@ -29,14 +29,6 @@ from tether import App, JobState
 ROOT = Path(__file__).resolve().parents[2]
 # A worker that handles the child's death records the outcome well within this.
 SETTLE = 2.5
-WEDGED = (
-    "bug: ProcessHandle._on_exit spins forever when the child died without an outcome and "
-    "its end of the pipe is already closed: conn.poll() stays true at EOF and _on_message "
-    "swallows the EOFError, so the worker's event loop hangs (executors.py _on_exit)"
-)
-# After SIGKILL or a plain crash the pipe's EOF may or may not be visible before the
-# exit is noticed (it depends on descriptor order), so those hang only sometimes.
-SOMETIMES_WEDGED = pytest.mark.xfail(reason=f"{WEDGED}; racy", strict=False)
 
 
 async def _started(app: App, job_id: int) -> int | None:
@@ -99,11 +91,6 @@ async def test_process_job_over_its_budget_is_paused(app: App, workers: StartWor
     assert (paused.stopped_by, paused.attempt) == ("sigterm", 0)
 
 
-@pytest.mark.xfail(
-    reason="bug: the child's context is built with id 0 and has no attempt "
-    "(executors.py _child_main: ProcessJobContext(0, ...))",
-    strict=True,
-)
 async def test_process_handler_context_knows_its_job_id_and_attempt(
     app: App, workers: StartWorker
 ) -> None:
@@ -115,12 +102,6 @@ async def test_process_handler_context_knows_its_job_id_and_attempt(
     assert done.result == {"id": job.id, "attempt": 1}
 
 
-@pytest.mark.xfail(
-    reason="bug: the child's SIGTERM handler always sets ctx.cancelled.reason = 'cancel', "
-    "so a process handler cannot tell a pause (or a shutdown) from a cancel "
-    "(executors.py _child_main on_term)",
-    strict=True,
-)
 async def test_process_handler_sees_pause_as_the_reason_when_paused(
     app: App, workers: StartWorker
 ) -> None:
@@ -172,7 +153,6 @@ def _kill_quietly(pid: int | None) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@SOMETIMES_WEDGED
 async def test_process_job_ignoring_sigterm_is_sigkilled_after_kill_timeout(
     db_url: str, proc_worker: Callable[..., None]
 ) -> None:
@@ -195,7 +175,6 @@ async def test_process_job_ignoring_sigterm_is_sigkilled_after_kill_timeout(
         await app.close()
 
 
-@SOMETIMES_WEDGED
 async def test_force_cancel_kills_a_process_job_at_once(
     db_url: str, proc_worker: Callable[..., None]
 ) -> None:
@@ -220,7 +199,6 @@ async def test_force_cancel_kills_a_process_job_at_once(
         await app.close()
 
 
-@SOMETIMES_WEDGED
 async def test_crash_of_the_child_process_fails_the_attempt_with_a_clear_error(
     db_url: str, proc_worker: Callable[..., None]
 ) -> None:
@@ -239,7 +217,6 @@ async def test_crash_of_the_child_process_fails_the_attempt_with_a_clear_error(
         await app.close()
 
 
-@pytest.mark.xfail(reason=WEDGED, strict=True)
 async def test_child_that_loses_its_pipe_then_dies_fails_the_attempt(
     db_url: str, proc_worker: Callable[..., None]
 ) -> None:

@@ -184,6 +184,8 @@ RETURNING state
 
 Q_RETRY: LiteralString = """
 UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
+    cancel_requested_at = NULL, cancel_reason = NULL, cancel_force = false,
+    pause_requested_at = NULL, pause_reason = NULL,
     actor = %(actor)s, reason = 'retried by a person'
 WHERE id = %(id)s AND state = 'failed'
 RETURNING state

@@ -354,7 +354,9 @@ class SqliteStore:
         def run(conn: sqlite3.Connection) -> Job:
             conn.execute(
                 f"UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = {NOW}, "
-                "finished_at = NULL, actor = ?, reason = 'retried by a person' "
+                "finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL, "
+                "cancel_force = 0, pause_requested_at = NULL, pause_reason = NULL, "
+                "actor = ?, reason = 'retried by a person' "
                 "WHERE id = ? AND state = 'failed'",
                 (actor, job_id),
             )
