@@ -203,7 +203,15 @@ class CancellationService:
             t0 = _now()
             final = await self._settle(targets, wait)
             running = [j for j in final if j.state is JobState.RUNNING]
-            stopped = [j for j in final if j.stopped_by in STOPPED | {"abandoned"}]
+            was_running = {d.id for d in downstream if d.state is JobState.RUNNING}
+            if before is JobState.RUNNING:
+                was_running.add(job.id)
+            stopped = [
+                j
+                for j in final
+                if j.state is not JobState.RUNNING
+                and (j.id in was_running or j.stopped_by in STOPPED | {"abandoned"})
+            ]
             runners = [f"job {j.id} on {j.worker_id} ({j.stopped_by})" for j in stopped]
             for j in running:
                 errors.append(

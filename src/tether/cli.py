@@ -611,9 +611,68 @@ def job_cancel(
     if as_json:
         print_json(res)
         return
+    out.print(Text(f"Cancelling job {before.id} ({before.task})", style="bold"))
+    out.print(f"Reason: {reason or 'cancelled by request'}")
+    if res.steps:
+        out.print()
+        out.print("Progress:")
+        for line in _progress_lines(res):
+            out.print(line)
+        out.print()
+        out.print("Summary:")
+        out.print(f"- Tasks completed: {len(res.tasks_completed)}")
+        out.print(f"- Tasks cancelled: {len(res.tasks_cancelled)}")
+        if res.tasks_failed:
+            out.print(f"- Tasks failed: {len(res.tasks_failed)}")
+        if res.dependents_blocked:
+            blocked = ", ".join(map(str, res.dependents_blocked))
+            out.print(f"- Dependents left blocked: {blocked}")
+        out.print(f"- Runners terminated: {len(res.runners_terminated)}")
+        out.print(f"- Duration: {res.duration_seconds:.2f}s")
+        out.print()
     out.print(_cancel_message(res))
     for problem in res.errors if res.outcome != "requested" else res.errors[1:]:
         out.print(Text(f"  note: {problem}", style="yellow"))
+    if res.cancellation_id:
+        out.print(f"Cancellation ID: {res.cancellation_id}")
+        out.print(f"Status: {res.status.upper()}")
+
+
+def _progress_lines(res: CancellationResult) -> list[Text]:
+    """The record's steps as people read them: ✓ done, ✗ failed, - nothing to do."""
+    marks = {"completed": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("-", "dim")}
+    lines = []
+    for step in res.steps:
+        mark, style = marks.get(step.status, ("?", "yellow"))
+        d = step.details
+        if step.name == "request":
+            text = f"Stopped task assignment ({d.get('state_before')} → {d.get('state_after')})"
+        elif step.name == "stop_runners":
+            runners = d.get("runners_terminated", [])
+            text = (
+                f"Terminated {len(runners)} runner(s)"
+                + (f": {', '.join(runners)}" if runners else "")
+                if step.status != "skipped"
+                else "No runner was active"
+            )
+        elif step.name == "update_tasks":
+            text = (
+                f"Cancelled {len(d.get('cancelled', []))} task(s); "
+                f"kept {len(d.get('completed', []))} completed"
+            )
+        elif step.name == "clean_resources":
+            lines.append(
+                Text(f"{mark} Released {len(d.get('slots_released', []))} slot(s)", style=style)
+            )
+            text = f"Preserved {len(d.get('artifacts_preserved', []))} artifact(s)"
+        elif step.name == "dismiss":
+            text = "Dismissed the failed job (failed → cancelled)"
+        else:
+            text = step.name
+        if step.error:
+            text += f" — {step.error}"
+        lines.append(Text(f"{mark} {text}", style=style))
+    return lines
 
 
 def _cancel_message(res: CancellationResult) -> Text:
@@ -784,6 +843,29 @@ def job_retry(
         print_json(job)
     else:
         out.print(f"job {job.id} is {job.display_state} again with {job.max_attempts} attempts")
+
+
+@job_cli.command("delete")
+@friendly
+def job_delete(
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a job. Its active children are cancelled first ("parent job deleted");
+    children that already finished are kept."""
+    app = open_app(database, app_ref)
+    children = run(app, app.delete(job_id, actor="cli"))
+    if as_json:
+        print_json({"deleted": job_id, "children_cancelled": [c.id for c in children]})
+        return
+    out.print(f"job {job_id} deleted")
+    if children:
+        out.print(
+            f"cancelled {len(children)} active child job(s): "
+            + ", ".join(str(c.id) for c in children)
+        )
 
 
 @job_cli.command("wait")
@@ -982,6 +1064,69 @@ def demo(
         console=out,
     )
     raise typer.Exit(code)
+
+
+key_cli = typer.Typer(help="Concurrency keys and resource slots.", no_args_is_help=True)
+cli.add_typer(key_cli, name="key")
+
+
+@key_cli.command("list")
+@friendly
+def key_list(
+    blocked: Annotated[
+        bool, typer.Option(help="Only keys and resources that are blocked.")
+    ] = False,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List concurrency keys and resource pools: what runs, what waits, and why it is blocked."""
+    app = open_app(database, app_ref)
+    limits = [
+        lim for lim in run(app, app.limits()) if not blocked or lim.blocked_reason is not None
+    ]
+    if as_json:
+        print_json([{**dataclasses.asdict(lim), "blocked": lim.blocked_reason} for lim in limits])
+        return
+    if not limits:
+        out.print("no blocked keys" if blocked else "no keys or resources")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("name", "kind", "running", "capacity", "waiting", "blocked"):
+        table.add_column(
+            column, justify="right" if column in ("running", "capacity", "waiting") else "left"
+        )
+    for lim in limits:
+        name = lim.name.split(":", 1)[1] if ":" in lim.name else lim.name
+        reason = lim.blocked_reason
+        table.add_row(
+            name,
+            lim.kind,
+            str(lim.used),
+            str(lim.capacity),
+            str(lim.queued),
+            Text(reason, style="yellow") if reason else "",
+        )
+    out.print(table)
+
+
+@key_cli.command("configure")
+@friendly
+def key_configure(
+    key: Annotated[str, typer.Argument(help="The concurrency key.", show_default=False)],
+    max_running: Annotated[
+        int, typer.Option(min=1, help="Jobs of this key that may run at once.")
+    ] = 1,
+    block_on_hold: Annotated[
+        bool, typer.Option(help="Whether a paused or failed job under the key blocks it.")
+    ] = True,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Set how many jobs of a key may run at once, and whether a held job blocks it."""
+    app = open_app(database, app_ref)
+    run(app, app.configure_key(key, max_running=max_running, block_on_hold=block_on_hold))
+    out.print(f"key {key}: up to {max_running} running; blocked by held jobs: {block_on_hold}")
 
 
 def main() -> None:

@@ -128,67 +128,82 @@ BEGIN
 END
 $$;
 
--- Claim up to p_limit jobs. Jobs without limits are taken in one set-based UPDATE; a job
--- with limits is taken only when every one of its limits has room and is not blocked,
--- checked under a row lock (SKIP LOCKED: a limit being changed is tried next round).
+-- Claim up to p_limit jobs. When none of the candidates has limits (the common case),
+-- one set-based UPDATE takes them all. Otherwise a job with limits is taken only when
+-- every one of its limits has room and is not blocked, checked under a row lock (SKIP
+-- LOCKED: a limit being changed is tried next round), one UPDATE per such job so the
+-- trigger counts it before the next check.
 CREATE FUNCTION tether_claim(p_worker TEXT, p_queues TEXT[], p_tasks TEXT[], p_limit INTEGER,
                              p_lease DOUBLE PRECISION)
 RETURNS SETOF tether_jobs LANGUAGE plpgsql AS $$
 DECLARE
     c RECORD;
+    candidates BIGINT[];
+    limited BOOLEAN;
     free_ids BIGINT[] := '{}';
     limited_ids BIGINT[] := '{}';
     taken INTEGER := 0;
     lockable INTEGER;
     roomy BOOLEAN;
 BEGIN
-    FOR c IN
-        SELECT x.id, x.limits FROM unnest(p_queues) AS q(name)
-        CROSS JOIN LATERAL (
-            SELECT j.id, j.limits, j.priority, j.run_at FROM tether_jobs j
-            WHERE j.queue = q.name AND j.state IN ('queued', 'retrying') AND j.run_at <= now()
-              AND j.task = ANY(p_tasks)
-              AND (j.limits IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits)
-                    AND (l.used >= l.capacity OR (l.held > 0 AND l.block_on_hold))))
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT p_limit
-            FOR UPDATE OF j SKIP LOCKED
-        ) AS x
-        WHERE NOT EXISTS (SELECT 1 FROM tether_queues p WHERE p.name = q.name AND p.paused)
-        ORDER BY x.priority DESC, x.run_at, x.id
-    LOOP
-        EXIT WHEN taken >= p_limit;
-        IF c.limits IS NULL THEN
-            free_ids := free_ids || c.id;
-            taken := taken + 1;
-            CONTINUE;
-        END IF;
-        SELECT count(*), coalesce(bool_and(s.used < s.capacity
-                                           AND (s.held = 0 OR NOT s.block_on_hold)), false)
-        INTO lockable, roomy
-        FROM (SELECT l.used, l.capacity, l.held, l.block_on_hold FROM tether_limits l
-              WHERE l.name = ANY(c.limits) ORDER BY l.name FOR UPDATE SKIP LOCKED) AS s;
-        IF lockable = cardinality(c.limits) AND roomy THEN
-            -- One statement per limited job, so the trigger counts it before the next check.
-            UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
-                worker_id = p_worker, lease_token = lease_token + 1,
-                lease_expires_at = now() + make_interval(secs => p_lease),
-                heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
-                actor = 'worker', reason = NULL
-            WHERE id = c.id;
-            limited_ids := limited_ids || c.id;
-            taken := taken + 1;
-        END IF;
-    END LOOP;
-    IF cardinality(free_ids) > 0 THEN
-        UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
-            worker_id = p_worker, lease_token = lease_token + 1,
-            lease_expires_at = now() + make_interval(secs => p_lease),
-            heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
-            actor = 'worker', reason = NULL
-        WHERE id = ANY(free_ids);
+    SELECT array_agg(x.id ORDER BY x.priority DESC, x.run_at, x.id),
+           coalesce(bool_or(x.limits IS NOT NULL), false)
+    INTO candidates, limited
+    FROM unnest(p_queues) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.limits, j.priority, j.run_at FROM tether_jobs j
+        WHERE j.queue = q.name AND j.state IN ('queued', 'retrying') AND j.run_at <= now()
+          AND j.task = ANY(p_tasks)
+          AND (j.limits IS NULL OR NOT EXISTS (
+                SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits)
+                AND (l.used >= l.capacity OR (l.held > 0 AND l.block_on_hold))))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT p_limit
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS x
+    WHERE NOT EXISTS (SELECT 1 FROM tether_queues p WHERE p.name = q.name AND p.paused);
+    IF candidates IS NULL THEN
+        RETURN;
     END IF;
-    RETURN QUERY SELECT * FROM tether_jobs WHERE id = ANY(free_ids || limited_ids);
+    IF NOT limited THEN
+        free_ids := candidates[1:p_limit];
+    ELSE
+        FOR c IN SELECT j.id, j.limits FROM unnest(candidates) WITH ORDINALITY AS u(id, n)
+                 JOIN tether_jobs j ON j.id = u.id ORDER BY u.n
+        LOOP
+            EXIT WHEN taken >= p_limit;
+            IF c.limits IS NULL THEN
+                free_ids := free_ids || c.id;
+                taken := taken + 1;
+                CONTINUE;
+            END IF;
+            SELECT count(*), coalesce(bool_and(s.used < s.capacity
+                                               AND (s.held = 0 OR NOT s.block_on_hold)), false)
+            INTO lockable, roomy
+            FROM (SELECT l.used, l.capacity, l.held, l.block_on_hold FROM tether_limits l
+                  WHERE l.name = ANY(c.limits) ORDER BY l.name FOR UPDATE SKIP LOCKED) AS s;
+            IF lockable = cardinality(c.limits) AND roomy THEN
+                UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
+                    worker_id = p_worker, lease_token = lease_token + 1,
+                    lease_expires_at = now() + make_interval(secs => p_lease),
+                    heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
+                    actor = 'worker', reason = NULL
+                WHERE id = c.id;
+                limited_ids := limited_ids || c.id;
+                taken := taken + 1;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
+        worker_id = p_worker, lease_token = lease_token + 1,
+        lease_expires_at = now() + make_interval(secs => p_lease),
+        heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
+        actor = 'worker', reason = NULL
+    WHERE id = ANY(free_ids)
+    RETURNING *;
+    IF cardinality(limited_ids) > 0 THEN
+        RETURN QUERY SELECT * FROM tether_jobs WHERE id = ANY(limited_ids);
+    END IF;
 END
 $$;
