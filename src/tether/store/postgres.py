@@ -506,6 +506,11 @@ class PostgresStore:
                         "SELECT %s, unnest(%s::bigint[])",
                         (row["id"], deps),
                     )
+                    await conn.execute(
+                        "UPDATE tether_jobs SET has_dependents = true "
+                        "WHERE id = ANY(%s) AND NOT has_dependents",
+                        (deps,),
+                    )
                 out.append(self._rows.job(row))
             await self._notify(conn, "tether_enqueued", sorted({j.queue for j in out}))
         return out
@@ -955,6 +960,10 @@ class PostgresStore:
             )
             row = await cur.fetchone()
             if row is not None:
+                await conn.execute(
+                    "UPDATE tether_jobs SET has_children = true WHERE id = %s AND NOT has_children",
+                    (parent_id,),
+                )
                 await self._notify(conn, "tether_enqueued", [job.queue])
         return self._rows.job(row) if row else None
 

@@ -237,6 +237,11 @@ class SqliteStore:
                     "INSERT INTO tether_dependencies (job_id, depends_on) VALUES (?, ?)",
                     [(row[0], d) for d in deps],
                 )
+                if deps:
+                    conn.execute(
+                        f"UPDATE tether_jobs SET has_dependents = 1 WHERE id IN {EACH}",
+                        (json.dumps(deps),),
+                    )
             found = self._jobs_by_ids(conn, ids)
             return [found[i] for i in ids]
 
@@ -843,11 +848,18 @@ class SqliteStore:
             ids, pending = pending, []
             self.hints.publish(h.CHANGED, [str(i) for i in ids])
             rows = conn.execute(
-                f"SELECT id, state, cancel_cascade FROM tether_jobs WHERE id IN {EACH}",
+                "SELECT id, state, cancel_cascade, has_children, has_dependents, "
+                "parent_id IS NOT NULL OR waiting_children "
+                f"FROM tether_jobs WHERE id IN {EACH}",
                 (json.dumps(ids),),
             ).fetchall()
-            done = [r[0] for r in rows if r[1] in ("succeeded", "failed")]
-            roots = [r[0] for r in rows if r[1] == "failed" or (r[1] == "cancelled" and r[2])]
+            # The rows' own flags say which steps have anything to do.
+            done = [r[0] for r in rows if r[3] and r[1] in ("succeeded", "failed")]
+            roots = [
+                r[0]
+                for r in rows
+                if (r[3] or r[4]) and (r[1] == "failed" or (r[1] == "cancelled" and r[2]))
+            ]
             if done:
                 pending += [
                     r[0]
@@ -881,7 +893,7 @@ class SqliteStore:
                 ).fetchall()
                 self.hints.publish(h.CONTROL, [str(r[0]) for r in hit if r[1] == "running"])
                 pending += [r[0] for r in hit if r[1] != "running"]
-            succeeded = [r[0] for r in rows if r[1] == "succeeded"]
+            succeeded = [r[0] for r in rows if r[4] and r[1] == "succeeded"]
             if succeeded:
                 pending += [
                     r[0]
@@ -897,18 +909,23 @@ class SqliteStore:
                         (json.dumps(succeeded),),
                     )
                 ]
+            linked = any(r[5] for r in rows)
             released = [
                 r[0]
-                for r in conn.execute(
-                    "UPDATE tether_jobs SET state = 'queued', waiting_children = 0, "
-                    f"run_at = {NOW}, actor = 'tether', "
-                    "reason = 'children finished; phase ' || COALESCE(phase, 'ingest') "
-                    f"WHERE state = 'blocked' AND waiting_children AND (id IN {EACH} OR id IN "
-                    f"(SELECT parent_id FROM tether_jobs WHERE id IN {EACH})) "
-                    "AND NOT EXISTS (SELECT 1 FROM tether_jobs c "
-                    f"WHERE c.parent_id = tether_jobs.id AND c.state IN ({LIVE_SQL})) "
-                    "RETURNING id",
-                    (json.dumps(ids), json.dumps(ids)),
+                for r in (
+                    ()
+                    if not linked
+                    else conn.execute(
+                        "UPDATE tether_jobs SET state = 'queued', waiting_children = 0, "
+                        f"run_at = {NOW}, actor = 'tether', "
+                        "reason = 'children finished; phase ' || COALESCE(phase, 'ingest') "
+                        f"WHERE state = 'blocked' AND waiting_children AND (id IN {EACH} OR id IN "
+                        f"(SELECT parent_id FROM tether_jobs WHERE id IN {EACH})) "
+                        "AND NOT EXISTS (SELECT 1 FROM tether_jobs c "
+                        f"WHERE c.parent_id = tether_jobs.id AND c.state IN ({LIVE_SQL})) "
+                        "RETURNING id",
+                        (json.dumps(ids), json.dumps(ids)),
+                    )
                 )
             ]
             pending += released
@@ -940,7 +957,10 @@ class SqliteStore:
                     lease_token,
                 ),
             ).fetchone()
-            return self._one(conn, row[0]) if row else None
+            if row is None:
+                return None
+            conn.execute("UPDATE tether_jobs SET has_children = 1 WHERE id = ?", (parent_id,))
+            return self._one(conn, row[0])
 
         child = await self._write_async(run)
         if child is not None:

@@ -8,7 +8,11 @@ ALTER TABLE tether_jobs
     -- A blocked parent waiting for its children (not for dependencies).
     ADD COLUMN waiting_children BOOLEAN NOT NULL DEFAULT false,
     -- Whether a cancel request also cancels dependents and children.
-    ADD COLUMN cancel_cascade   BOOLEAN NOT NULL DEFAULT true;
+    ADD COLUMN cancel_cascade   BOOLEAN NOT NULL DEFAULT true,
+    -- Set once a job spawns a child or gains a dependent, so the transition trigger
+    -- knows from the row alone whether a transition can touch a workflow at all.
+    ADD COLUMN has_children     BOOLEAN NOT NULL DEFAULT false,
+    ADD COLUMN has_dependents   BOOLEAN NOT NULL DEFAULT false;
 
 CREATE INDEX tether_jobs_parent ON tether_jobs (parent_id) WHERE parent_id IS NOT NULL;
 
@@ -35,19 +39,6 @@ LANGUAGE sql STABLE AS $$
     SELECT id FROM reach WHERE id <> ALL(roots)
 $$;
 
--- Whether any of these jobs has a child / a dependent. One index probe per id (LIMIT 1
--- in a lateral subquery), whatever the planner's statistics say: this runs on every
--- transition, and a sequential scan here would cost the hot path dearly.
-CREATE FUNCTION tether_any_child(ids BIGINT[]) RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM unnest(ids) AS x(id), LATERAL (
-        SELECT 1 FROM tether_jobs c WHERE c.parent_id = x.id LIMIT 1) AS hit)
-$$;
-
-CREATE FUNCTION tether_any_dependent(ids BIGINT[]) RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM unnest(ids) AS x(id), LATERAL (
-        SELECT 1 FROM tether_dependencies d WHERE d.depends_on = x.id LIMIT 1) AS hit)
-$$;
-
 -- The workflow consequences of one statement's transitions, in the same transaction:
 --  * a parent that succeeded or failed: its active children are cancelled at once, a
 --    running one with its lease revoked, so its late result cannot land;
@@ -58,25 +49,33 @@ $$;
 --    children have all ended is queued again for its next phase.
 CREATE FUNCTION tether_workflow_step(changed BIGINT[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    finished_parents BIGINT[];
     roots BIGINT[];
+    succeeded BIGINT[];
+    linked BOOLEAN;
     stopping BIGINT[];
 BEGIN
-    -- Each step first checks, by index, whether it has anything to do: most transitions
-    -- (a plain job finishing) touch no workflow at all.
-    IF tether_any_child(changed) THEN
+    -- The rows' own flags say which steps have anything to do: a plain job finishing
+    -- touches no workflow, and costs one primary-key lookup here.
+    SELECT array_agg(id) FILTER (WHERE has_children AND state IN ('succeeded', 'failed')),
+           array_agg(id) FILTER (WHERE (has_children OR has_dependents)
+                                 AND (state = 'failed' OR (state = 'cancelled' AND cancel_cascade))),
+           array_agg(id) FILTER (WHERE has_dependents AND state = 'succeeded'),
+           bool_or(parent_id IS NOT NULL OR waiting_children)
+    INTO finished_parents, roots, succeeded, linked
+    FROM tether_jobs WHERE id = ANY(changed);
+
+    IF finished_parents IS NOT NULL THEN
         UPDATE tether_jobs c SET state = 'cancelled',
             cancel_requested_at = COALESCE(c.cancel_requested_at, now()),
             cancel_reason = COALESCE(c.cancel_reason, 'parent job completed'),
             lease_token = c.lease_token + (c.state = 'running')::int, lease_expires_at = NULL,
             finished_at = now(), actor = 'tether', reason = 'parent job completed'
-        FROM tether_jobs p
-        WHERE p.id = ANY(changed) AND p.state IN ('succeeded', 'failed') AND c.parent_id = p.id
+        WHERE c.parent_id = ANY(finished_parents)
           AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused');
     END IF;
 
-    SELECT array_agg(id) INTO roots FROM tether_jobs
-    WHERE id = ANY(changed) AND (state = 'failed' OR (state = 'cancelled' AND cancel_cascade));
-    IF roots IS NOT NULL AND (tether_any_dependent(roots) OR tether_any_child(roots)) THEN
+    IF roots IS NOT NULL THEN
         WITH hit AS (
             UPDATE tether_jobs j SET
                 state = CASE WHEN j.state = 'running' THEN 'running' ELSE 'cancelled' END,
@@ -95,20 +94,18 @@ BEGIN
         END IF;
     END IF;
 
-    IF tether_any_dependent(changed) THEN
+    IF succeeded IS NOT NULL THEN
         UPDATE tether_jobs j SET state = 'queued', run_at = now(), actor = 'tether',
             reason = 'dependencies succeeded'
         WHERE j.state = 'blocked' AND NOT j.waiting_children
           AND j.id IN (SELECT d.job_id FROM tether_dependencies d
-                       JOIN tether_jobs up ON up.id = d.depends_on
-                       WHERE d.depends_on = ANY(changed) AND up.state = 'succeeded')
+                       WHERE d.depends_on = ANY(succeeded))
           AND NOT EXISTS (SELECT 1 FROM tether_dependencies d JOIN tether_jobs up
                           ON up.id = d.depends_on
                           WHERE d.job_id = j.id AND up.state <> 'succeeded');
     END IF;
 
-    IF EXISTS (SELECT 1 FROM tether_jobs c WHERE c.id = ANY(changed)
-               AND (c.parent_id IS NOT NULL OR c.waiting_children)) THEN
+    IF linked THEN
         UPDATE tether_jobs p SET state = 'queued', waiting_children = false, run_at = now(),
             actor = 'tether', reason = 'children finished; phase ' || COALESCE(p.phase, 'ingest')
         WHERE p.state = 'blocked' AND p.waiting_children
