@@ -409,9 +409,13 @@ class Worker:
         await self._wait_jobs(self.config.stop_timeout)
         for run in list(self.running.values()):
             if not run.finishing:
-                self.interrupt(run, "shutdown", force=True)
-        # Bounded: abandonment settles every handler within cancel_grace.
-        await self._wait_jobs(self.config.cancel_grace + 5.0, hard_stops=False)
+                # A process gets SIGTERM (then SIGKILL after kill_timeout), so it can
+                # still save a checkpoint, unless a second signal asked for speed.
+                force = run.task.executor != "process" or self._hard.is_set()
+                self.interrupt(run, "shutdown", force=force)
+        # Bounded: abandonment settles every handler within these limits.
+        grace = max(self.config.cancel_grace, self.config.kill_timeout)
+        await self._wait_jobs(grace + 5.0, hard_stops=False)
         await self._drain_completer()
         for svc in self._services:
             svc.stop()
