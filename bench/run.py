@@ -1,0 +1,1281 @@
+"""tether's benchmark: tether on SQLite and PostgreSQL beside peer queues, in one run.
+
+``make bench`` runs ``python bench/run.py``. It measures, prints a table with ratios and
+a PASS/MISS summary against the targets, and writes ``bench/RESULTS.md``:
+
+1. **Drain rate** of no-op jobs, jobs/s: tether on PostgreSQL and on SQLite, PgQueuer 1.6
+   (PostgreSQL), Procrastinate 3.x (PostgreSQL) and Huey (SQLite). Jobs are enqueued in
+   bulk first, untimed; then one in-process consumer drains them. Each drain runs
+   ``--repeat`` times, in rounds that interleave every system (rotating the order), and
+   the median counts.
+2. **Cancellation latency** of a running async job waiting on ``ctx.cancelled``: from just
+   before ``app.cancel(id, wait=0)`` until the handler sees the signal. In-process (worker
+   and caller share a process, as in PgQueuer's figure) and cross-process (the worker is a
+   subprocess; on SQLite only the heartbeat can then deliver the request).
+3. **Recovery time** after ``kill -9`` of a worker process holding a running job: until
+   the job runs again on a second, in-process worker.
+4. **Memory**: resident set size of one worker process running 1,000 sleeping async jobs.
+
+Run ``python bench/run.py --quick`` for a fast check (it writes no RESULTS.md unless
+``--output`` is given); ``--help`` lists the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import logging
+import math
+import os
+import platform
+import random
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+import peers
+import workerapp
+from tether import App, JobContext, JobState, WorkerConfig
+from workerapp import MARKS, read_mark
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_PATH = BENCH_DIR / "RESULTS.md"
+DEFAULT_ADMIN_DSN = os.environ.get("TETHER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+NOOP = "bench.noop"
+#: The drain configuration: enough slots that claiming, not the slot count, sets the pace.
+DRAIN_CONFIG = WorkerConfig(concurrency=200, claim_batch=50)
+DEFAULT_CONFIG = WorkerConfig()
+#: Jobs per ``enqueue_many`` call (one transaction each).
+ENQUEUE_CHUNK = 5_000
+#: A drain that makes no progress for this long has stalled (a broken worker, say).
+STALL_SECONDS = 15.0
+DRAIN_TIME_LIMIT = 300.0
+#: Time given to any single awaited event (a job to start, a signal to arrive).
+EVENT_TIMEOUT = 60.0
+#: Pause between a job starting and its cancel request, so the worker is idle.
+CANCEL_SETTLE = 0.05
+MEMORY_CLAIM_BATCH = 100
+MEMORY_SLEEP = 60.0
+#: The memory benchmark's worker gets this long to stop gracefully on SIGTERM; its
+#: sleeping jobs are then released back to ``queued``.
+MEMORY_STOP_TIMEOUT = 2.0
+
+TARGET_PGQ_RATIO = 1.5
+TARGET_HUEY_RATIO = 2.0
+TARGET_RECOVERY_MEDIAN = 5.0
+TARGET_MEMORY_MB = 150.0
+
+
+T = TypeVar("T")
+
+
+class BenchError(RuntimeError):
+    """A measurement could not be completed or its result is wrong."""
+
+
+# -- plan and results ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure."""
+
+    jobs: int = 20_000
+    procrastinate_jobs: int = 5_000
+    repeat: int = 3
+    cancel_samples: int = 100
+    xproc_samples: int = 20
+    recovery_rounds: int = 10
+    memory_jobs: int = 1_000
+    #: Also drain with the default WorkerConfig (in the first round only: it is slow).
+    default_config: bool = True
+
+    @classmethod
+    def quick(cls) -> Plan:
+        """A plan that finishes in about a minute."""
+        return cls(
+            jobs=2_000,
+            procrastinate_jobs=500,
+            repeat=1,
+            cancel_samples=20,
+            xproc_samples=5,
+            recovery_rounds=3,
+            memory_jobs=1_000,
+            default_config=False,
+        )
+
+
+@dataclass
+class Results:
+    """Everything measured in one run; a missing key means not measured."""
+
+    drains: dict[str, list[float]] = field(default_factory=dict)
+    enqueue: dict[str, list[float]] = field(default_factory=dict)
+    cancel: dict[str, list[float]] = field(default_factory=dict)
+    #: How long the ``app.cancel(id, wait=0)`` call itself took, per cancel measurement.
+    cancel_call: dict[str, list[float]] = field(default_factory=dict)
+    recovery: dict[str, list[float]] = field(default_factory=dict)
+    memory: dict[str, MemoryRun] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    #: Things worth knowing about this run (retries), for the report.
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    """One memory measurement of a worker process."""
+
+    jobs: int
+    idle_mb: float
+    loaded_mb: float
+    peak_mb: float
+    ramp_s: float
+    stop_s: float
+    released: int
+    exit_code: int | None
+
+
+Row = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table printed to the console and written to RESULTS.md."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: list[Row]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile (0 < q <= 100): a value that was measured."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.2f} s"
+
+
+def _chunks(n: int, size: int) -> Iterator[int]:
+    while n > 0:
+        yield min(n, size)
+        n -= min(n, size)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def wait_for_postgres(dsn: str, timeout: float) -> None:
+    """Return once PostgreSQL accepts connections at ``dsn``, or after ``timeout`` seconds."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with psycopg.connect(dsn, connect_timeout=3):
+                return
+        except psycopg.Error:
+            time.sleep(1.0)
+
+
+def attempt(results: Results, key: str, admin_dsn: str | None, fn: Callable[[], T]) -> T | None:
+    """Run one measurement; if it fails, wait for PostgreSQL and try once more.
+
+    The server is shared, and other people's fault tests restart it now and then: one
+    retry keeps a restart from costing a figure, and the report notes it. A second
+    failure is recorded in ``results.errors`` (one line) and gives ``None``.
+    """
+    try:
+        return fn()
+    except Exception as exc:
+        message = _one_line(exc)
+        print(f"  {key}: failed ({message}); retrying once", flush=True)
+        results.notes.append(f"{key}: retried once after: {message}")
+        if admin_dsn is not None:
+            wait_for_postgres(admin_dsn, 60.0)
+    try:
+        return fn()
+    except Exception as exc:
+        results.errors[key] = _one_line(exc)
+        print(f"  {key}: FAILED again: {results.errors[key]}", flush=True)
+        return None
+
+
+# -- drain -----------------------------------------------------------------------------
+
+
+async def _await_count(
+    done: asyncio.Event,
+    progress: Callable[[], int],
+    total: int,
+    time_limit: float,
+    what: str,
+    describe: Callable[[], Awaitable[str]],
+) -> None:
+    """Wait for ``done``; raise if ``time_limit`` passes or ``progress()`` stalls."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + time_limit
+    last = -1
+    while not done.is_set():
+        left = deadline - loop.time()
+        if left <= 0:
+            raise BenchError(
+                f"{what}: {progress()}/{total} after {time_limit:g} s; {await describe()}"
+            )
+        try:
+            await asyncio.wait_for(done.wait(), min(STALL_SECONDS, left))
+        except TimeoutError:
+            now = progress()
+            if now == last:
+                raise BenchError(
+                    f"{what}: stalled at {now}/{total} for {STALL_SECONDS:g} s; {await describe()}"
+                ) from None
+            last = now
+
+
+async def tether_drain(url: str, n: int, config: WorkerConfig) -> tuple[float, float]:
+    """Drain ``n`` no-op jobs with one in-process worker; return (jobs/s, enqueue jobs/s).
+
+    The jobs are enqueued with ``app.enqueue_many`` in chunks before the clock starts.
+    The clock runs from just before ``worker.start()`` until every job is ``succeeded`` in
+    the database: the handlers count themselves, and only once the last one has run is
+    the store polled (every 5 ms) for the completer's last batch.
+    """
+    app = App(url)
+    done = asyncio.Event()
+    ran = 0
+
+    @app.task(name=NOOP)
+    async def noop(ctx: JobContext) -> None:
+        nonlocal ran
+        ran += 1
+        if ran >= n:
+            done.set()
+
+    async def describe() -> str:
+        return f"job states: {await app.stats()}"
+
+    try:
+        start = time.perf_counter()
+        for size in _chunks(n, ENQUEUE_CHUNK):
+            await app.enqueue_many([(noop, {})] * size)
+        enqueue_rate = n / (time.perf_counter() - start)
+        worker = app.worker(config)
+        start = time.perf_counter()
+        await worker.start()
+        try:
+            await _await_count(done, lambda: ran, n, DRAIN_TIME_LIMIT, "tether drain", describe)
+            while True:
+                stats = await app.stats()
+                if stats["succeeded"] + stats["failed"] + stats["cancelled"] >= n:
+                    break
+                if time.perf_counter() - start > DRAIN_TIME_LIMIT:
+                    raise BenchError(f"tether drain: outcomes not all written: {stats}")
+                await asyncio.sleep(0.005)
+            elapsed = time.perf_counter() - start
+        finally:
+            await asyncio.wait_for(worker.stop(), 60)
+        if stats["succeeded"] != n or ran != n:
+            raise BenchError(f"tether drain: {ran} handlers ran, job states {stats}; expected {n}")
+        return n / elapsed, enqueue_rate
+    finally:
+        await app.close()
+
+
+@dataclass(frozen=True)
+class Drainer:
+    """One system's drain, runnable once per round."""
+
+    label: str
+    jobs: int
+    run: Callable[[int], float]
+    setting: str
+    #: Run in the first this-many rounds only (``None``: every round).
+    rounds: int | None = None
+
+
+def _drainers(plan: Plan, admin_dsn: str | None, results: Results) -> list[Drainer]:
+    def tether_pg(config: WorkerConfig, label: str) -> Callable[[int], float]:
+        def run(n: int) -> float:
+            assert admin_dsn is not None
+            with peers.fresh_database(admin_dsn, "bench_tether") as url:
+                rate, enq = asyncio.run(tether_drain(url, n, config))
+            results.enqueue.setdefault(label, []).append(enq)
+            return rate
+
+        return run
+
+    def tether_sqlite(config: WorkerConfig, label: str) -> Callable[[int], float]:
+        def run(n: int) -> float:
+            with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+                rate, enq = asyncio.run(tether_drain(f"sqlite:///{tmp}/tether.db", n, config))
+            results.enqueue.setdefault(label, []).append(enq)
+            return rate
+
+        return run
+
+    def pgqueuer(n: int) -> float:
+        assert admin_dsn is not None
+        with peers.fresh_database(admin_dsn, "bench_pgq") as dsn:
+            return asyncio.run(peers.drain_pgqueuer(dsn, n))
+
+    def procrastinate(n: int) -> float:
+        assert admin_dsn is not None
+        with peers.fresh_database(admin_dsn, "bench_proc") as dsn:
+            return asyncio.run(peers.drain_procrastinate(dsn, n))
+
+    def huey(n: int) -> float:
+        with tempfile.TemporaryDirectory(prefix="bench_huey_") as tmp:
+            return peers.drain_huey(os.path.join(tmp, "huey.db"), n)
+
+    drain_cfg = f"concurrency={DRAIN_CONFIG.concurrency}, claim_batch={DRAIN_CONFIG.claim_batch}"
+    default_cfg = (
+        f"default WorkerConfig (concurrency={DEFAULT_CONFIG.concurrency}, "
+        f"claim_batch={DEFAULT_CONFIG.claim_batch})"
+    )
+    out: list[Drainer] = []
+    if admin_dsn is not None:
+        out += [
+            Drainer("tether-pg", plan.jobs, tether_pg(DRAIN_CONFIG, "tether-pg"), drain_cfg),
+            Drainer(
+                "pgqueuer",
+                plan.jobs,
+                pgqueuer,
+                f"batch_size={peers.PGQ_BATCH_SIZE}, {peers.PGQ_DRIVER}",
+            ),
+            Drainer(
+                "procrastinate",
+                plan.procrastinate_jobs,
+                procrastinate,
+                f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, n={plan.procrastinate_jobs}",
+            ),
+        ]
+    out += [
+        Drainer(
+            "tether-sqlite", plan.jobs, tether_sqlite(DRAIN_CONFIG, "tether-sqlite"), drain_cfg
+        ),
+        Drainer("huey", plan.jobs, huey, f"SqliteHuey, {peers.HUEY_WORKERS} threads"),
+    ]
+    if plan.default_config:
+        if admin_dsn is not None:
+            out.append(
+                Drainer(
+                    "tether-pg default",
+                    plan.jobs,
+                    tether_pg(DEFAULT_CONFIG, "tether-pg default"),
+                    default_cfg,
+                    rounds=1,
+                )
+            )
+        out.append(
+            Drainer(
+                "tether-sqlite default",
+                plan.jobs,
+                tether_sqlite(DEFAULT_CONFIG, "tether-sqlite default"),
+                default_cfg,
+                rounds=1,
+            )
+        )
+    return out
+
+
+def measure_drains(plan: Plan, admin_dsn: str | None, results: Results) -> list[Drainer]:
+    """Run every drain ``plan.repeat`` times, interleaved in rounds of rotating order."""
+    drainers = _drainers(plan, admin_dsn, results)
+    for rnd in range(plan.repeat):
+        shift = rnd % len(drainers)
+        for d in drainers[shift:] + drainers[:shift]:
+            if d.label in results.errors or (d.rounds is not None and rnd >= d.rounds):
+                continue
+            rate = attempt(results, d.label, admin_dsn, partial(d.run, d.jobs))
+            if rate is None:
+                continue
+            results.drains.setdefault(d.label, []).append(rate)
+            print(
+                f"  drain round {rnd + 1}/{plan.repeat}  {d.label:<22} {rate:9.0f} jobs/s"
+                f"  (n={d.jobs})",
+                flush=True,
+            )
+    return drainers
+
+
+# -- worker subprocesses ---------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def worker_process(
+    url: str, workdir: Path, *extra: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Run ``bench/workerapp.py`` as a worker process; stop it (SIGTERM, then SIGKILL)."""
+    with _open_log(workdir) as logf:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(BENCH_DIR / "workerapp.py"),
+            url,
+            *extra,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=logf,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+def _open_log(workdir: Path) -> BinaryIO:
+    workdir.mkdir(parents=True, exist_ok=True)
+    return (workdir / "worker.log").open("ab")
+
+
+def _log_tail(workdir: Path, lines: int = 15) -> str:
+    try:
+        text = (workdir / "worker.log").read_text(errors="replace")
+    except OSError:
+        return "(no worker log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty worker log)"
+
+
+async def _poll(
+    probe: Callable[[], Awaitable[bool]], every: float, timeout: float, what: str
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await probe():
+        if loop.time() > deadline:
+            raise BenchError(f"{what}: not within {timeout:g} s")
+        await asyncio.sleep(every)
+
+
+async def wait_registered(app: App, proc: asyncio.subprocess.Process, workdir: Path) -> None:
+    """Wait until the worker process ``proc`` is registered and active."""
+
+    async def registered() -> bool:
+        if proc.returncode is not None:
+            raise BenchError(f"worker process exited ({proc.returncode}):\n{_log_tail(workdir)}")
+        return any(w.pid == proc.pid and w.state == "active" for w in await app.workers())
+
+    await _poll(registered, 0.05, EVENT_TIMEOUT, "worker process registration")
+
+
+def vm_kib(pid: int, field_name: str) -> int:
+    """A ``Vm*`` field of ``/proc/PID/status``, in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise BenchError(f"no {field_name} in /proc/{pid}/status")
+
+
+# -- cancellation ----------------------------------------------------------------------
+
+
+@dataclass
+class Latencies:
+    """Cancellation samples: request-to-handler seconds, and how long each
+    ``app.cancel(id, wait=0)`` call took (its share of the total; empty for peers)."""
+
+    total: list[float] = field(default_factory=list)
+    call: list[float] = field(default_factory=list)
+
+
+async def _cancel_samples(
+    app: App,
+    samples: int,
+    mark: Callable[[str, int], Awaitable[float]],
+    phase: float,
+) -> Latencies:
+    """Take ``samples`` cancellation samples, one job at a time.
+
+    A ``bench.wait_cancel`` job starts and waits on ``ctx.cancelled``; ``CANCEL_SETTLE``
+    plus a random ``0..phase`` seconds later the clock starts just before
+    ``app.cancel(id, wait=0)`` and stops at the handler's own ``perf_counter()`` reading
+    when it sees the signal (``mark("observed", id)``). Each job must end ``cancelled``.
+    """
+    out = Latencies()
+    for _ in range(samples):
+        job = await app.enqueue(workerapp.WAIT_CANCEL)
+        await mark("started", job.id)
+        await asyncio.sleep(CANCEL_SETTLE + random.uniform(0, phase))
+        requested = time.perf_counter()
+        await app.cancel(job.id, wait=0)
+        returned = time.perf_counter()
+        observed = await mark("observed", job.id)
+        out.total.append(observed - requested)
+        out.call.append(returned - requested)
+        final = await app.wait(job.id, EVENT_TIMEOUT)
+        if final.state is not JobState.CANCELLED:
+            raise BenchError(f"job {job.id} ended {final.state}, not cancelled")
+    return out
+
+
+async def cancel_inprocess(url: str, samples: int) -> Latencies:
+    """Cancellation latency with the worker in this process (default WorkerConfig).
+
+    Caller and worker share one App (one store): on SQLite the store's in-process hint
+    wakes the heartbeat at once, on PostgreSQL the NOTIFY does.
+    """
+    MARKS.clear()
+    app = workerapp.make_app(url)
+    try:
+        worker = app.worker(WorkerConfig())
+        await worker.start()
+        try:
+            return await _cancel_samples(
+                app, samples, lambda what, job_id: MARKS.wait(what, job_id, EVENT_TIMEOUT), 0.0
+            )
+        finally:
+            await asyncio.wait_for(worker.stop(), 60)
+    finally:
+        await app.close()
+
+
+async def cancel_crossprocess(url: str, samples: int, workdir: Path) -> Latencies:
+    """Cancellation latency with the worker in a subprocess (default WorkerConfig).
+
+    The handler writes its readings to mark files; both processes read the same
+    ``CLOCK_MONOTONIC``. Requests are spread at random over one heartbeat interval, as
+    on SQLite only the worker's heartbeat can deliver them and the worker's claim and
+    heartbeat loops would otherwise fix the phase of every sample alike.
+    """
+    marks = workdir / "marks"
+    app = workerapp.make_app(url)
+    try:
+        await app.store()  # migrate before the worker starts
+        async with worker_process(url, workdir, "--marks", str(marks)) as proc:
+            await wait_registered(app, proc, workdir)
+            return await _cancel_samples(
+                app,
+                samples,
+                lambda what, job_id: read_mark(marks, what, job_id, EVENT_TIMEOUT),
+                DEFAULT_CONFIG.heartbeat_interval,
+            )
+    finally:
+        await app.close()
+
+
+def _run_into(
+    results: Results,
+    key: str,
+    admin_dsn: str | None,
+    fn: Callable[[], Latencies | list[float]],
+) -> None:
+    """Run one latency measurement, adding its samples to ``results.cancel[key]``."""
+    if key in results.errors:
+        return
+    got = attempt(results, key, admin_dsn, fn)
+    if got is None:
+        return
+    samples = got.total if isinstance(got, Latencies) else got
+    results.cancel.setdefault(key, []).extend(samples)
+    if isinstance(got, Latencies):
+        results.cancel_call.setdefault(key, []).extend(got.call)
+    print(
+        f"  {key:<28} n={len(samples):<4} p50={_ms(statistics.median(samples))}"
+        f"  p99={_ms(percentile(samples, 99))}  max={_ms(max(samples))}",
+        flush=True,
+    )
+
+
+def measure_cancellation(plan: Plan, admin_dsn: str | None, results: Results) -> None:
+    """In-process samples in ``plan.repeat`` interleaved blocks (tether-PG, PgQueuer,
+    tether-SQLite), then the cross-process variants."""
+    blocks = list(_chunks(plan.cancel_samples, math.ceil(plan.cancel_samples / plan.repeat)))
+
+    def tether_pg(n: int) -> Latencies:
+        assert admin_dsn is not None
+        with peers.fresh_database(admin_dsn, "bench_tether_cancel") as url:
+            return asyncio.run(cancel_inprocess(url, n))
+
+    def pgqueuer(n: int) -> list[float]:
+        assert admin_dsn is not None
+        with peers.fresh_database(admin_dsn, "bench_pgq_cancel") as dsn:
+            return asyncio.run(peers.cancel_latency_pgqueuer(dsn, n, settle=CANCEL_SETTLE))
+
+    def tether_sqlite(n: int) -> Latencies:
+        with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+            return asyncio.run(cancel_inprocess(f"sqlite:///{tmp}/tether.db", n))
+
+    for n in blocks:
+        if admin_dsn is not None:
+            _run_into(results, "tether-pg in-process", admin_dsn, partial(tether_pg, n))
+            _run_into(results, "pgqueuer in-process", admin_dsn, partial(pgqueuer, n))
+        _run_into(results, "tether-sqlite in-process", admin_dsn, partial(tether_sqlite, n))
+
+    def xproc_pg() -> Latencies:
+        assert admin_dsn is not None
+        with (
+            peers.fresh_database(admin_dsn, "bench_tether_xcancel") as url,
+            tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp,
+        ):
+            return asyncio.run(cancel_crossprocess(url, plan.xproc_samples, Path(tmp)))
+
+    def xproc_sqlite() -> Latencies:
+        with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+            url = f"sqlite:///{tmp}/tether.db"
+            return asyncio.run(cancel_crossprocess(url, plan.xproc_samples, Path(tmp)))
+
+    if admin_dsn is not None:
+        _run_into(results, "tether-pg cross-process", admin_dsn, xproc_pg)
+    _run_into(results, "tether-sqlite cross-process", admin_dsn, xproc_sqlite)
+
+
+# -- recovery --------------------------------------------------------------------------
+
+
+async def recovery(url: str, rounds: int, workdir: Path) -> list[float]:
+    """Seconds from SIGKILL of a worker process until its job runs on another worker.
+
+    Each round: a worker process (default WorkerConfig) takes a ``bench.hang`` job; once
+    the job is ``running`` (polled with ``app.get``), a second worker starts in this
+    process, and after a random 0.2-1.2 s (so the kill lands at a random point of the
+    second worker's rescue cycle) the process is killed. The clock stops when attempt 2
+    starts in the second worker's handler. The job must then succeed on attempt 2.
+    """
+    MARKS.clear()
+    app = workerapp.make_app(url)
+    times: list[float] = []
+    try:
+        await app.store()  # migrate before the worker starts
+        for rnd in range(rounds):
+            rdir = workdir / f"round{rnd}"
+            async with worker_process(url, rdir) as proc:
+                await wait_registered(app, proc, rdir)
+                job = await app.enqueue(workerapp.HANG)
+
+                async def running(job_id: int = job.id) -> bool:
+                    j = await app.get(job_id)
+                    return j.state is JobState.RUNNING and j.attempt == 1
+
+                await _poll(running, 0.02, EVENT_TIMEOUT, f"job {job.id} running")
+                second = app.worker(WorkerConfig())
+                await second.start()
+                try:
+                    await asyncio.sleep(random.uniform(0.2, 1.2))
+                    killed = time.perf_counter()
+                    proc.kill()
+                    await proc.wait()
+                    restarted = await MARKS.wait("restarted", job.id, EVENT_TIMEOUT)
+                    times.append(restarted - killed)
+                    final = await app.wait(job.id, EVENT_TIMEOUT)
+                    if final.state is not JobState.SUCCEEDED or final.attempt != 2:
+                        raise BenchError(
+                            f"job {job.id} ended {final.state} on attempt {final.attempt}, "
+                            "expected succeeded on attempt 2"
+                        )
+                finally:
+                    await asyncio.wait_for(second.stop(), 60)
+    finally:
+        await app.close()
+    return times
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Show only errors of ``logger`` for a while."""
+    target = logging.getLogger(logger)
+    level = target.level
+    target.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        target.setLevel(level)
+
+
+def measure_recovery(plan: Plan, admin_dsn: str | None, results: Results) -> None:
+    """Recovery rounds on SQLite, then on PostgreSQL."""
+
+    def sqlite_rounds() -> list[float]:
+        with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+            url = f"sqlite:///{tmp}/tether.db"
+            return asyncio.run(recovery(url, plan.recovery_rounds, Path(tmp)))
+
+    def pg_rounds() -> list[float]:
+        assert admin_dsn is not None
+        with (
+            peers.fresh_database(admin_dsn, "bench_tether_recovery") as url,
+            tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp,
+        ):
+            return asyncio.run(recovery(url, plan.recovery_rounds, Path(tmp)))
+
+    for key, fn in (("tether-sqlite", sqlite_rounds), ("tether-pg", pg_rounds)):
+        if key == "tether-pg" and admin_dsn is None:
+            continue
+        with _quiet("tether.rescuer"):  # its warnings are the expected result here
+            samples = attempt(results, f"recovery {key}", admin_dsn, fn)
+        if samples is None:
+            continue
+        results.recovery[key] = samples
+        print(
+            f"  recovery {key:<14} n={len(samples)} median={_secs(statistics.median(samples))}"
+            f"  p99={_secs(percentile(samples, 99))}  max={_secs(max(samples))}",
+            flush=True,
+        )
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+async def memory(url: str, jobs: int, workdir: Path) -> MemoryRun:
+    """RSS of one worker process (concurrency=jobs, claim_batch=100) running ``jobs``
+    sleeping async jobs; then SIGTERM, and the jobs must be released to ``queued``."""
+    app = workerapp.make_app(url)
+    try:
+        await app.store()  # migrate before the worker starts
+        extra = (
+            f"--concurrency={jobs}",
+            f"--claim-batch={MEMORY_CLAIM_BATCH}",
+            f"--stop-timeout={MEMORY_STOP_TIMEOUT}",
+        )
+        async with worker_process(url, workdir, *extra) as proc:
+            await wait_registered(app, proc, workdir)
+            await asyncio.sleep(1.0)
+            idle = vm_kib(proc.pid, "VmRSS")
+            start = time.perf_counter()
+            for size in _chunks(jobs, ENQUEUE_CHUNK):
+                await app.enqueue_many([(workerapp.SLEEP, {"seconds": MEMORY_SLEEP})] * size)
+
+            async def all_running() -> bool:
+                if proc.returncode is not None:
+                    raise BenchError(f"worker exited ({proc.returncode}):\n{_log_tail(workdir)}")
+                return (await app.stats())["running"] >= jobs
+
+            await _poll(all_running, 0.1, MEMORY_SLEEP / 2, f"{jobs} jobs running")
+            ramp = time.perf_counter() - start
+            await asyncio.sleep(0.5)
+            loaded = vm_kib(proc.pid, "VmRSS")
+            peak = vm_kib(proc.pid, "VmHWM")
+            start = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 60)
+            stop_s = time.perf_counter() - start
+        stats = await app.stats()
+    finally:
+        await app.close()
+    return MemoryRun(
+        jobs,
+        idle / 1024,
+        loaded / 1024,
+        peak / 1024,
+        ramp,
+        stop_s,
+        stats["queued"],
+        proc.returncode,
+    )
+
+
+def measure_memory(plan: Plan, admin_dsn: str | None, results: Results) -> None:
+    """Memory on SQLite, then on PostgreSQL."""
+
+    def sqlite_run() -> MemoryRun:
+        with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+            url = f"sqlite:///{tmp}/tether.db"
+            return asyncio.run(memory(url, plan.memory_jobs, Path(tmp)))
+
+    def pg_run() -> MemoryRun:
+        assert admin_dsn is not None
+        with (
+            peers.fresh_database(admin_dsn, "bench_tether_memory") as url,
+            tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp,
+        ):
+            return asyncio.run(memory(url, plan.memory_jobs, Path(tmp)))
+
+    for key, fn in (("tether-sqlite", sqlite_run), ("tether-pg", pg_run)):
+        if key == "tether-pg" and admin_dsn is None:
+            continue
+        run = attempt(results, f"memory {key}", admin_dsn, fn)
+        if run is None:
+            continue
+        results.memory[key] = run
+        print(
+            f"  memory {key:<14} {run.jobs} jobs: RSS {run.loaded_mb:.1f} MB "
+            f"(idle {run.idle_mb:.1f} MB, peak {run.peak_mb:.1f} MB); all running after "
+            f"{_secs(run.ramp_s)}; SIGTERM->exit {_secs(run.stop_s)}, "
+            f"{run.released} released to queued",
+            flush=True,
+        )
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def machine_info(admin_dsn: str | None) -> dict[str, str]:
+    """Where and with what this run happened."""
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    cpu = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    postgres = "not reachable"
+    if admin_dsn is not None:
+        import psycopg
+
+        with psycopg.connect(admin_dsn, connect_timeout=5) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+            postgres = str(row[0]) if row else "unknown"
+    commit = "unknown"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        rev = subprocess.run(
+            ["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(BENCH_DIR), "status", "--porcelain", "--", "../src"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        commit = f"{rev} (src/ has uncommitted changes)" if dirty else rev
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": str(os.cpu_count()),
+        "cpu": cpu,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "postgres": postgres,
+        "sqlite": sqlite3.sqlite_version,
+        "tether": f"{version('tether')}, commit {commit}",
+        "peers": (
+            f"pgqueuer {version('pgqueuer')}, asyncpg {version('asyncpg')}, "
+            f"procrastinate {version('procrastinate')}, huey {version('huey')}"
+        ),
+        "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
+    }
+
+
+def _ratio(a: str, b: str, results: Results) -> tuple[float | None, list[float]]:
+    """Ratio of medians, and the per-round ratios (rounds ran interleaved)."""
+    ra, rb = results.drains.get(a), results.drains.get(b)
+    if not ra or not rb:
+        return None, []
+    per_round = [x / y for x, y in zip(ra, rb, strict=False)]
+    return statistics.median(ra) / statistics.median(rb), per_round
+
+
+def _status(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("PASS" if ok else "MISS")
+
+
+#: (numerator, denominator, target) of the drain ratios reported; ``None``: no target.
+RATIOS: tuple[tuple[str, str, float | None], ...] = (
+    ("tether-pg", "pgqueuer", TARGET_PGQ_RATIO),
+    ("tether-sqlite", "huey", TARGET_HUEY_RATIO),
+    ("tether-pg", "procrastinate", None),
+    ("tether-sqlite", "tether-pg", None),
+    ("tether-pg default", "pgqueuer", None),
+    ("tether-sqlite default", "huey", None),
+)
+
+
+def _drain_tables(
+    results: Results, drainers: list[Drainer], plan: Plan, summary: list[Row]
+) -> list[Table]:
+    rows: list[Row] = []
+    for d in drainers:
+        rates = results.drains.get(d.label)
+        enq = results.enqueue.get(d.label)
+        enq_s = f"{statistics.median(enq):.0f}" if enq else "-"
+        if rates:
+            median = f"{statistics.median(rates):.0f}"
+            runs = ", ".join(f"{r:.0f}" for r in rates)
+        else:
+            median, runs = "ERROR", results.errors.get(d.label, "not run")
+        rows.append((d.label, median, runs, str(d.jobs), enq_s, d.setting))
+    labels = {d.label for d in drainers}
+    ratio_rows: list[Row] = []
+    for a, b, target in RATIOS:
+        if a not in labels or b not in labels:
+            continue
+        value, per_round = _ratio(a, b, results)
+        shown = f"{value:.2f}x" if value is not None else "ERROR"
+        rounds = ", ".join(f"{r:.2f}" for r in per_round) or "-"
+        if target is None:
+            ratio_rows.append((f"{a} / {b}", shown, rounds, "-", "-"))
+            if b == "procrastinate":
+                summary.append((f"drain {a} / {b}", shown, "-", "n/a"))
+            continue
+        ok = value is not None and value >= target
+        ratio_rows.append((f"{a} / {b}", shown, rounds, f">= {target:g}x", _status(ok)))
+        summary.append((f"drain {a} / {b}", shown, f">= {target:g}x", _status(ok)))
+    return [
+        Table(
+            f"Drain rate (jobs/s, median of {plan.repeat})",
+            ("system", "median", "runs", "jobs", "enqueue jobs/s", "settings"),
+            rows,
+        ),
+        Table(
+            "Drain ratios (ratio of medians; per-round ratios alongside)",
+            ("ratio", "value", "per round", "target", "status"),
+            ratio_rows,
+        ),
+    ]
+
+
+def _cancel_table(results: Results, summary: list[Row]) -> list[Table]:
+    keys = list(results.cancel)
+    keys += [k for k in results.errors if k.endswith("process") and k not in keys]
+    if not keys:
+        return []
+    rows: list[Row] = []
+    for key in keys:
+        s = results.cancel.get(key)
+        call = results.cancel_call.get(key)
+        call_p50 = _ms(statistics.median(call)) if call else "-"
+        if s:
+            p50, p99 = statistics.median(s), percentile(s, 99)
+            rows.append((key, str(len(s)), _ms(p50), _ms(p99), _ms(max(s)), call_p50))
+        else:
+            rows.append((key, "0", "ERROR", results.errors.get(key, ""), "-", "-"))
+    ours = results.cancel.get("tether-pg in-process")
+    theirs = results.cancel.get("pgqueuer in-process")
+    figure, target = "cancel p99 tether-pg vs pgqueuer (in-process)", "<= pgqueuer"
+    if ours and theirs:
+        p_ours, p_theirs = percentile(ours, 99), percentile(theirs, 99)
+        value = f"{_ms(p_ours)} vs {_ms(p_theirs)}"
+        summary.append((figure, value, target, _status(p_ours <= p_theirs)))
+    elif "tether-pg in-process" in results.errors or "pgqueuer in-process" in results.errors:
+        summary.append((figure, "ERROR", target, "MISS"))
+    for key in (
+        "tether-sqlite in-process",
+        "tether-pg cross-process",
+        "tether-sqlite cross-process",
+    ):
+        s = results.cancel.get(key)
+        if s:
+            summary.append((f"cancel p99 {key}", _ms(percentile(s, 99)), "-", "n/a"))
+    return [
+        Table(
+            "Cancellation latency (request -> handler sees ctx.cancelled)",
+            ("measurement", "samples", "p50", "p99", "max", "app.cancel() call p50"),
+            rows,
+        )
+    ]
+
+
+def _recovery_table(results: Results, summary: list[Row]) -> list[Table]:
+    rows: list[Row] = []
+    target = f"< {TARGET_RECOVERY_MEDIAN:g} s"
+    for key in ("tether-sqlite", "tether-pg"):
+        s = results.recovery.get(key)
+        if s:
+            med = statistics.median(s)
+            rows.append((key, str(len(s)), _secs(med), _secs(percentile(s, 99)), _secs(max(s))))
+            ok = med < TARGET_RECOVERY_MEDIAN
+            summary.append((f"recovery median {key}", _secs(med), target, _status(ok)))
+        elif f"recovery {key}" in results.errors:
+            rows.append((key, "0", "ERROR", results.errors[f"recovery {key}"], "-"))
+            summary.append((f"recovery median {key}", "ERROR", target, "MISS"))
+    if not rows:
+        return []
+    return [
+        Table(
+            "Recovery after kill -9 (SIGKILL -> attempt 2 running on another worker)",
+            ("store", "rounds", "median", "p99", "max"),
+            rows,
+        )
+    ]
+
+
+def _memory_table(results: Results, summary: list[Row]) -> list[Table]:
+    rows: list[Row] = []
+    target = f"< {TARGET_MEMORY_MB:g} MB"
+    for key in ("tether-sqlite", "tether-pg"):
+        m = results.memory.get(key)
+        if m is not None:
+            per_job = (m.loaded_mb - m.idle_mb) * 1024 / m.jobs
+            stop = f"{_secs(m.stop_s)}, {m.released}/{m.jobs} released, exit {m.exit_code}"
+            rows.append(
+                (
+                    key,
+                    str(m.jobs),
+                    f"{m.loaded_mb:.1f} MB",
+                    f"{m.idle_mb:.1f} MB",
+                    f"{m.peak_mb:.1f} MB",
+                    f"{per_job:.0f} KB",
+                    _secs(m.ramp_s),
+                    stop,
+                )
+            )
+            ok = m.loaded_mb < TARGET_MEMORY_MB and m.released == m.jobs
+            figure = f"memory {key} ({m.jobs} jobs)"
+            summary.append((figure, f"{m.loaded_mb:.1f} MB", target, _status(ok)))
+        elif f"memory {key}" in results.errors:
+            error = results.errors[f"memory {key}"]
+            rows.append((key, "-", "ERROR", error, "-", "-", "-", "-"))
+            summary.append((f"memory {key}", "ERROR", target, "MISS"))
+    if not rows:
+        return []
+    headers = ("store", "jobs", "RSS loaded", "RSS idle", "peak (VmHWM)", "per job")
+    return [
+        Table(
+            "Memory of one worker process with sleeping async jobs (VmRSS; MB = MiB)",
+            (*headers, "all running after", "SIGTERM -> exit"),
+            rows,
+        )
+    ]
+
+
+def build_tables(results: Results, drainers: list[Drainer], plan: Plan) -> list[Table]:
+    """The report's tables, from the measurements; the summary comes last."""
+    summary: list[Row] = []
+    tables = _drain_tables(results, drainers, plan, summary) if drainers else []
+    tables += _cancel_table(results, summary)
+    tables += _recovery_table(results, summary)
+    tables += _memory_table(results, summary)
+    tables.append(Table("Summary", ("figure", "value", "target", "status"), summary))
+    return tables
+
+
+def render_console(tables: list[Table]) -> str:
+    """Plain aligned text."""
+    out: list[str] = []
+    for t in tables:
+        widths = [len(h) for h in t.headers]
+        for row in t.rows:
+            widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
+        out.append(f"\n{t.title}")
+        out.append("  ".join(h.ljust(w) for h, w in zip(t.headers, widths, strict=False)))
+        out.append("  ".join("-" * w for w in widths))
+        for row in t.rows:
+            out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+    return "\n".join(out)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(
+    tables: list[Table],
+    info: dict[str, str],
+    plan: Plan,
+    argv: list[str],
+    elapsed: float,
+    notes: list[str],
+) -> str:
+    """RESULTS.md."""
+    lines = [
+        "# tether benchmark results",
+        "",
+        "Generated by `bench/run.py` (`make bench`); do not edit by hand, run it again.",
+        "The machine may be shared with other work (see the load average), so figures are",
+        "noisy: drains are medians of rounds that interleave all systems, and every ratio",
+        "compares runs made in the same rounds.",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
+    for key in ("date", "nproc", "cpu", "os", "python", "postgres", "sqlite", "tether", "peers"):
+        lines.append(f"| {key} | {_md_cell(info[key])} |")
+    lines.append(f"| load average (start -> end) | {info['load']} -> {info['load_end']} |")
+    lines.append(
+        f"| command | `{_md_cell(' '.join(['bench/run.py', *argv]))}` ({elapsed / 60:.1f} min) |"
+    )
+    lines.append(
+        f"| plan | {plan.jobs} jobs per drain (Procrastinate {plan.procrastinate_jobs}), "
+        f"{plan.repeat} round(s); {plan.cancel_samples} in-process and {plan.xproc_samples} "
+        f"cross-process cancel samples; {plan.recovery_rounds} recovery rounds; "
+        f"{plan.memory_jobs} jobs for memory |"
+    )
+    for t in tables:
+        lines += ["", f"## {t.title}", ""]
+        lines.append("| " + " | ".join(t.headers) + " |")
+        lines.append("|" + "---|" * len(t.headers))
+        for row in t.rows:
+            lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
+    if notes:
+        lines += ["", "## Notes from this run", ""]
+        lines += [f"- {_md_cell(n)}" for n in notes]
+    lines += ["", "## How each figure is measured", "", METHOD.strip(), ""]
+    return "\n".join(lines)
+
+
+METHOD = f"""
+- **Drain**: `n` no-op jobs are enqueued first (tether: `app.enqueue_many` in chunks of
+  {ENQUEUE_CHUNK}, one transaction each; the "enqueue jobs/s" column), untimed for the
+  drain. One in-process consumer then drains them. tether: a `Worker` with
+  `WorkerConfig(concurrency={DRAIN_CONFIG.concurrency}, claim_batch={DRAIN_CONFIG.claim_batch})`
+  (the "default" rows use the default `WorkerConfig()` and run in the first round only,
+  as they are slow), timed from just before
+  `worker.start()` until every job is `succeeded` in the database (the handlers count
+  themselves and set an event at `n`; only then is the store polled every 5 ms for the
+  last outcome batch). PostgreSQL databases are fresh (`peers.fresh_database`); SQLite
+  files are fresh in a temp dir. Peers as in `bench/peers.py`: PgQueuer 1.6 one
+  `QueueManager` on asyncpg, `batch_size={peers.PGQ_BATCH_SIZE}`, timed until `run()`
+  returns after the final status flush; Procrastinate one worker with
+  `concurrency={peers.PROCRASTINATE_CONCURRENCY}`, `wait=False`, on fewer jobs because it
+  is an order of magnitude slower (in a trial its rate did not grow with `n`: 235/s at
+  2,000 jobs, 177/s at 5,000); Huey `SqliteHuey` with its own consumer,
+  {peers.HUEY_WORKERS} threads. Every round runs every system once, the order rotating by
+  one each round. Ratios are ratios of medians; the per-round ratios pair runs that were
+  close in time.
+- **Cancellation**: one job at a time waits on `ctx.cancelled`; {CANCEL_SETTLE * 1000:.0f} ms
+  after it started, the clock starts just before `app.cancel(id, wait=0)` (a request
+  only) and stops at the handler's `time.perf_counter()` when it sees the signal; the job
+  must then end `cancelled`. The last column is how long the `app.cancel()` call itself
+  took (its share of the latency). Default `WorkerConfig` (heartbeat every
+  {DEFAULT_CONFIG.heartbeat_interval:g} s). *In-process*: caller and worker share one
+  process and one App; on PostgreSQL the request travels by NOTIFY to the store's LISTEN
+  connection, which wakes the heartbeat; on SQLite the store's in-process hint wakes the
+  heartbeat at once. *Cross-process*: the worker is `bench/workerapp.py` in a subprocess
+  and writes its reading to a file (`perf_counter` is `CLOCK_MONOTONIC`, shared by all
+  processes); on SQLite nothing but the periodic heartbeat can deliver the request there,
+  so cross-process requests are sent at a random point of one heartbeat interval
+  ({CANCEL_SETTLE * 1000:.0f} ms + 0-{DEFAULT_CONFIG.heartbeat_interval:g} s after the start).
+  PgQueuer: `peers.cancel_latency_pgqueuer` (`mark_job_as_cancelled` on a separate
+  connection, same settle time). In-process samples are taken in blocks that alternate
+  tether-PG, PgQueuer and tether-SQLite. p99 is nearest-rank (with 20 samples, the max).
+- **Recovery**: a `bench/workerapp.py` worker process (default `WorkerConfig`) takes a job
+  that hangs on attempt 1; once `app.get` shows it `running`, a second worker (default
+  `WorkerConfig`) starts in the benchmark process, and 0.2-1.2 s later (random, so the
+  kill lands anywhere in the second worker's {DEFAULT_CONFIG.rescue_interval:g} s rescue
+  cycle) the process gets SIGKILL. The clock stops when attempt 2 starts in the second
+  worker's handler; the job must then succeed on attempt 2. The second worker's rescuer
+  sees the dead pid on this host, so the {DEFAULT_CONFIG.lease_duration:g} s lease need not
+  expire.
+- **Memory**: a `bench/workerapp.py` worker process with
+  `WorkerConfig(concurrency=N, claim_batch={MEMORY_CLAIM_BATCH},
+  stop_timeout={MEMORY_STOP_TIMEOUT:g})`
+  and N sleeping jobs (`asyncio.sleep({MEMORY_SLEEP:g})`); VmRSS from `/proc/PID/status`
+  once `app.stats()` shows all N running (+0.5 s), beside the idle RSS before the jobs
+  were enqueued and the peak (VmHWM). Then SIGTERM: the jobs outlive `stop_timeout` and
+  must all be released to `queued`.
+"""
+
+
+def check_postgres(dsn: str) -> str | None:
+    """``dsn`` if a PostgreSQL server answers there, else ``None`` (with a note)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=5):
+            return dsn
+    except psycopg.Error as exc:
+        print(f"PostgreSQL unreachable at {dsn}: {exc}; measuring SQLite and Huey only")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; exit 1 if any measurement failed (a MISS alone is not a failure)."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        description="Benchmark tether against PgQueuer, Procrastinate and Huey."
+    )
+    parser.add_argument("--quick", action="store_true", help="few jobs and samples: a fast check")
+    parser.add_argument("--repeat", type=int, help="drain rounds (default 3; quick 1)")
+    parser.add_argument("--jobs", type=int, help="jobs per drain (default 20000; quick 2000)")
+    parser.add_argument(
+        "--procrastinate-jobs", type=int, help="jobs per Procrastinate drain (default 5000)"
+    )
+    parser.add_argument(
+        "--only",
+        choices=["drain", "cancel", "recovery", "memory"],
+        action="append",
+        help="run only these sections (repeatable)",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=DEFAULT_ADMIN_DSN,
+        help="PostgreSQL database used to CREATE/DROP fresh ones (default: $TETHER_TEST_PG "
+        "or %(default)s)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="where to write the markdown report (default: bench/RESULTS.md, none with --quick)",
+    )
+    args = parser.parse_args(argv)
+
+    plan = Plan.quick() if args.quick else Plan()
+    overrides = {
+        "repeat": args.repeat,
+        "jobs": args.jobs,
+        "procrastinate_jobs": args.procrastinate_jobs,
+    }
+    plan = Plan(**{**plan.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
+    if min(plan.repeat, plan.jobs, plan.procrastinate_jobs) < 1:
+        parser.error("--repeat, --jobs and --procrastinate-jobs must be at least 1")
+    output = args.output if args.output is not None else (None if args.quick else RESULTS_PATH)
+    sections = set(args.only or ["drain", "cancel", "recovery", "memory"])
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    admin_dsn = check_postgres(args.dsn)
+    info = machine_info(admin_dsn)
+    print(
+        f"tether bench: {info['date']}, {info['nproc']} CPUs, Python {info['python']}, "
+        f"PostgreSQL {info['postgres']}, load {info['load']}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    results = Results()
+    drainers: list[Drainer] = []
+    if "drain" in sections:
+        print(f"\nDrain: {plan.jobs} no-op jobs, {plan.repeat} interleaved rounds", flush=True)
+        drainers = measure_drains(plan, admin_dsn, results)
+    if "cancel" in sections:
+        print(f"\nCancellation latency: {plan.cancel_samples} in-process samples", flush=True)
+        measure_cancellation(plan, admin_dsn, results)
+    if "recovery" in sections:
+        print(f"\nRecovery after kill -9: {plan.recovery_rounds} rounds per store", flush=True)
+        measure_recovery(plan, admin_dsn, results)
+    if "memory" in sections:
+        print(f"\nMemory: {plan.memory_jobs} sleeping jobs in one worker process", flush=True)
+        measure_memory(plan, admin_dsn, results)
+    elapsed = time.perf_counter() - started
+    info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+    tables = build_tables(results, drainers, plan)
+    print(render_console(tables))
+    print(f"\n{elapsed / 60:.1f} min; load average {info['load']} -> {info['load_end']}")
+    if output is not None:
+        output.write_text(
+            render_markdown(tables, info, plan, argv, elapsed, results.notes), encoding="utf-8"
+        )
+        print(f"wrote {output}")
+    if results.errors:
+        print(f"\n{len(results.errors)} measurement(s) failed:", file=sys.stderr)
+        for key, message in results.errors.items():
+            print(f"  {key}: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
