@@ -381,7 +381,13 @@ def test_job_cancel_outcomes(runner: CliRunner, sqlite_url: str) -> None:
 
     res = tether(runner, "job", "cancel", str(queued_id), "-d", sqlite_url, "--reason", "typo")
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip() == f"job {queued_id} cancelled"
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"Cancelling job {queued_id} (hello)"
+    assert "✓ Stopped task assignment (queued → cancelled)" in lines
+    assert "- No runner was active" in lines
+    assert f"job {queued_id} cancelled" in lines
+    assert lines[-1] == "Status: COMPLETED"
+    assert lines[-2].startswith("Cancellation ID: cancel-")
     job = with_app(sqlite_url, lambda a: a.get(queued_id))
     assert job.state is JobState.CANCELLED
     assert job.cancel_reason == "typo"
@@ -516,7 +522,7 @@ def test_enqueue_list_cancel_on_postgres(runner: CliRunner, app_ref: str, pg_url
     listed = json.loads(tether(runner, "job", "list", "-d", pg_url, "--json").stdout)
     assert [j["id"] for j in listed] == [job_id]
     cancel = tether(runner, "job", "cancel", str(job_id), "-d", pg_url)
-    assert cancel.stdout.strip() == f"job {job_id} cancelled"
+    assert f"job {job_id} cancelled" in cancel.stdout.splitlines()
     counts = json.loads(tether(runner, "stats", "-d", pg_url, "--json").stdout)
     assert (counts["cancelled"], sum(counts.values())) == (1, 1)
 

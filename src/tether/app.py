@@ -572,3 +572,12 @@ class App:
         from tether.worker import Worker
 
         return Worker(self, config or WorkerConfig(**settings))
+
+    # -- the API -------------------------------------------------------------------------
+
+    async def cancellations_of(
+        self, owner: str, limit: int = 20, offset: int = 0
+    ) -> builtins.list[CancellationRecord]:
+        """Cancellation records of the jobs ``owner`` enqueued, newest first."""
+        rows = await (await self.store()).list_owned_cancellations(owner, limit, offset)
+        return [record_from_row(r) for r in rows]

@@ -17,12 +17,16 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from tether import hints as h
+from tether import metrics
 from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError
 from tether.job import CancellationRow, Job
 from tether.states import JobState
 from tether.store import Store
 
 FINAL = frozenset({"completed", "partial", "failed"})
+LIVE = frozenset(
+    {JobState.QUEUED, JobState.BLOCKED, JobState.RUNNING, JobState.RETRYING, JobState.PAUSED}
+)
 Outcome = Literal[
     "cancelled", "already_cancelled", "finished_first", "failed_over_budget", "requested"
 ]
@@ -128,9 +132,21 @@ class CancellationService:
     ) -> CancellationResult:
         """Cancel ``job_id``; see :meth:`tether.App.cancel`."""
         started = time.monotonic()
+        metrics.cancellation_requested(force)
         job = await self.store.get(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
+        if request_id is None and job.state in LIVE:
+            # Ask first, so the worker hears of it now; the record follows. A request is
+            # idempotent, so a concurrent one changes nothing, and the record (one per
+            # job while in progress) shows which request leads.
+            requested = await self.store.request_cancel(job_id, reason, force, actor, cascade)
+            row, created = await self.store.create_cancellation(
+                f"cancel-{secrets.token_hex(6)}", job_id, None, reason, force, cascade, actor
+            )
+            if created:
+                return await self._run(row, job, wait, started, requested)
+            return await self._follow(job, wait, started)
         existing = await self.store.get_cancellation(job_id=job_id, request_id=request_id)
         if existing is not None and existing.job_id != job_id:
             raise InvalidJobError(
@@ -150,8 +166,11 @@ class CancellationService:
             )
             if created:
                 return await self._run(row, job, wait, started)
-            existing = row
-        # Another request got there first: answer with its record, once it settles.
+        return await self._follow(job, wait, started)
+
+    async def _follow(self, job: Job, wait: float, started: float) -> CancellationResult:
+        """Another request got there first: answer with its record, once it settles."""
+        job_id = job.id
         record = await self.wait_settled(job_id, wait)
         final = await self.store.get(job_id)
         assert record is not None and final is not None
@@ -161,7 +180,12 @@ class CancellationService:
         return answer
 
     async def _run(
-        self, row: CancellationRow, job: Job, wait: float, started: float
+        self,
+        row: CancellationRow,
+        job: Job,
+        wait: float,
+        started: float,
+        requested: Job | None = None,
     ) -> CancellationResult:
         steps: list[CancellationStep] = []
         errors: list[str] = []
@@ -179,7 +203,7 @@ class CancellationService:
             #    cascade) everything downstream, in the same transaction.
             t0 = _now()
             before = job.state
-            job = await self.store.request_cancel(
+            job = requested or await self.store.request_cancel(
                 job.id, row.reason, row.force, row.initiated_by, row.cascade
             )
             downstream = await self.store.downstream([job.id])
@@ -296,6 +320,7 @@ class CancellationService:
             errors.append(f"{type(exc).__name__}: {exc}")
             result = {"errors": errors}
         result["duration_seconds"] = round(time.monotonic() - started, 6)
+        metrics.cancellation_finished(status, result)
         await self.store.update_cancellation(
             row.id,
             status,

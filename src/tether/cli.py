@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import getpass
 import importlib
+import ipaddress
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -27,6 +30,7 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
@@ -35,7 +39,7 @@ from tether.app import DEFAULT_CANCEL_WAIT, App
 from tether.cancellation import CancellationRecord, CancellationResult
 from tether.config import WorkerConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
-from tether.job import JSON, Job, JobEvent
+from tether.job import JSON, Job, JobEvent, TokenInfo
 from tether.states import JobState
 from tether.store import create_store
 from tether.task import EnqueueOptions
@@ -280,6 +284,13 @@ def worker(
         ),
     ] = WorkerConfig.stop_timeout,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=65535, help="Serve Prometheus metrics on this port.", show_default=False
+        ),
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Address for --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C.
 
@@ -303,6 +314,8 @@ def worker(
         concurrency=concurrency, queues=queues, name=name, stop_timeout=stop_timeout
     )
     w = Worker(app, config)
+    if metrics_port is not None:
+        _serve_metrics(metrics_host, metrics_port)
     logging.getLogger("tether.cli").info("database %s", display.redact_url(app.url))
     run(app, w.run(handle_signals=True))
     # Thread handlers cannot be interrupted: one that ignored its cancel request is
@@ -1127,6 +1140,245 @@ def key_configure(
     app = open_app(database, app_ref)
     run(app, app.configure_key(key, max_running=max_running, block_on_hold=block_on_hold))
     out.print(f"key {key}: up to {max_running} running; blocked by held jobs: {block_on_hold}")
+
+
+# -- API server, tokens and audit ---------------------------------------------------------
+
+
+def _serve_metrics(host: str, port: int) -> None:
+    from tether import metrics
+
+    try:
+        metrics.serve(port, host)
+    except OSError as exc:
+        fail(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}")
+    logging.getLogger("tether.cli").info("metrics on http://%s:%d/metrics", host, port)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def _cli_actor() -> str:
+    """Who the audit log names for a command: the local user."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no user name in some containers
+        return "cli"
+
+
+@cli.command()
+@friendly
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the REST API, live events, /metrics and /health under uvicorn.
+
+    Requests need a token from `tether token create`. While no token exists, it refuses
+    to listen on anything but a loopback address, and on loopback every request acts as
+    an admin (it says so loudly). Pass --app to enqueue jobs through the API: the server
+    checks them against the app's tasks.
+    """
+    level = logging.getLevelNamesMapping().get(log_level.upper())
+    if level is None:
+        fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error", EXIT_USAGE)
+    from tether.auth import Tokens
+
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    app = open_app(database, app_ref)
+    has_tokens = run(app, Tokens(app).any_active())
+    loopback = _is_loopback(host)
+    if not has_tokens and not loopback:
+        fail(
+            f"refusing to listen on {host}: no API token exists, so anyone who reaches the "
+            "server could act as admin. Create one first: tether token create --name NAME "
+            "--role admin",
+            EXIT_USAGE,
+        )
+    if not has_tokens:
+        err.print(
+            Panel(
+                f"No API token exists: [bold]anyone who can reach {host}:{port} acts as "
+                "admin[/]. Create a token (tether token create --name NAME --role admin) to "
+                "require tokens.",
+                title="tether serve is OPEN",
+                style="bold red",
+            )
+        )
+    logging.getLogger("tether.cli").info("database %s", display.redact_url(app.url))
+    import uvicorn  # imported late: a refusal above should be quick
+
+    from tether.web import ApiSettings, create_app
+
+    api = create_app(app, ApiSettings(allow_anonymous=loopback))
+    uvicorn.run(api, host=host, port=port, log_level=level, server_header=False)
+
+
+token_cli = typer.Typer(help="API tokens: create, list and revoke.", no_args_is_help=True)
+cli.add_typer(token_cli, name="token")
+
+
+@token_cli.command("create")
+@friendly
+def token_create(
+    name: Annotated[
+        str,
+        typer.Option(
+            "--name",
+            "-n",
+            help="Who the token stands for; it owns the jobs it enqueues.",
+            show_default=False,
+        ),
+    ],
+    role: Annotated[
+        str, typer.Option("--role", "-r", help="admin, member or viewer.", show_default=False)
+    ],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an API token and print it once: tether keeps only its hash."""
+    from tether.audit import Audit
+    from tether.auth import Tokens
+
+    app = open_app(database, app_ref)
+
+    async def go() -> tuple[str, TokenInfo]:
+        token, info = await Tokens(app).create(name, role)
+        await Audit(app).record(_cli_actor(), "token.create", f"token:{name}", "ok",
+                                detail=f"role {info.role}")  # fmt: skip
+        return token, info
+
+    token, info = run(app, go())
+    if as_json:
+        print_json({"name": info.name, "role": info.role, "token": token})
+        return
+    err.print(f"created {info.role} token {info.name!r}:")
+    typer.echo(token)  # alone on stdout, so scripts can capture it
+    err.print(
+        Text(
+            "store it now: it is shown only this once, and tether keeps only its hash",
+            style="yellow",
+        )
+    )
+
+
+@token_cli.command("list")
+@friendly
+def token_list(
+    database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List tokens (names, roles and ages; never the tokens themselves)."""
+    from tether.auth import Tokens
+
+    app = open_app(database, app_ref)
+    tokens = run(app, Tokens(app).list())
+    if as_json:
+        print_json(
+            [
+                {
+                    "name": t.name,
+                    "role": t.role,
+                    "created_at": t.created_at,
+                    "revoked_at": t.revoked_at,
+                }
+                for t in tokens
+            ]
+        )
+        return
+    if not tokens:
+        out.print("no tokens (tether serve answers only on loopback, as an open admin)")
+        return
+    now = now_utc()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("name", "role", "created", "status"):
+        table.add_column(col)
+    for t in tokens:
+        status = (
+            Text("active", style="green")
+            if t.revoked_at is None
+            else Text(f"revoked {display.age(t.revoked_at, now)} ago", style="grey50")
+        )
+        table.add_row(t.name, t.role, display.age(t.created_at, now) + " ago", status)
+    out.print(table)
+
+
+@token_cli.command("revoke")
+@friendly
+def token_revoke(
+    name: Annotated[str, typer.Argument(help="The token's name.", show_default=False)],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Revoke a token at once: the next request that sends it gets 401."""
+    from tether.audit import Audit
+    from tether.auth import Tokens
+
+    app = open_app(database, app_ref)
+
+    async def go() -> bool:
+        done = await Tokens(app).revoke(name)
+        await Audit(app).record(
+            _cli_actor(), "token.revoke", f"token:{name}", "ok" if done else "not_found"
+        )
+        return done
+
+    if not run(app, go()):
+        fail(f"no active token named {name!r}")
+    out.print(f"token {name!r} revoked")
+
+
+@cli.command()
+@friendly
+def audit(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many (newest first).")] = 0,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the audit log, newest first: every change and every denied attempt."""
+    from tether.audit import Audit
+
+    app = open_app(database, app_ref)
+    rows = run(app, Audit(app).list(limit, offset))
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("the audit log is empty")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("at", "actor", "action", "target", "result", "request", "detail"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("at", "result"))
+    for row in rows:
+        table.add_row(
+            row.at.strftime("%Y-%m-%d %H:%M:%S"),
+            row.actor,
+            row.action,
+            row.target or "",
+            Text(row.result, style="green" if row.result == "ok" else "red"),
+            row.request_id or "",
+            row.detail or "",
+        )
+    out.print(table)
 
 
 def main() -> None:

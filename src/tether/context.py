@@ -23,31 +23,44 @@ class CancelSignal:
     the job now; nothing this attempt writes will count).
     """
 
-    def __init__(self) -> None:
-        self._flag = threading.Event()
-        self._event = asyncio.Event()
+    __slots__ = ("_event", "_flag", "_raised", "reason")
+
+    def __init__(self, *, threaded: bool = False) -> None:
+        # Events are made only where they can be waited on: one per job adds up.
+        self._raised = False
+        self._event: asyncio.Event | None = None
+        self._flag = threading.Event() if threaded else None
         self.reason: str | None = None
 
     def set(self, reason: str) -> None:
-        """Raise the signal. Call from the event loop thread."""
+        """Raise the signal (from the event loop thread, or a signal handler)."""
         if self.reason is None:
             self.reason = reason
-        self._flag.set()
-        self._event.set()
+        self._raised = True
+        if self._flag is not None:
+            self._flag.set()
+        if self._event is not None:
+            self._event.set()
 
     def is_set(self) -> bool:
         """Whether the job has been asked to stop."""
-        return self._flag.is_set()
+        return self._raised
 
     def __bool__(self) -> bool:
         return self.is_set()
 
     async def wait(self) -> None:
         """Return once the signal is raised."""
+        if self._raised:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
         await self._event.wait()
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """Block a thread until the signal is raised or ``timeout`` passes."""
+        if self._flag is None:
+            raise RuntimeError("wait_sync() is for thread and process handlers")
         return self._flag.wait(timeout)
 
 
@@ -71,9 +84,10 @@ class JobContext:
         children: Callable[[], Awaitable[list[Job]]],
         max_payload_bytes: int,
         max_artifact_bytes: int,
+        threaded: bool = False,
     ) -> None:
         self.job = job
-        self.cancelled = CancelSignal()
+        self.cancelled = CancelSignal(threaded=threaded)
         self.checkpoint: JSON | None = job.checkpoint
         self.progress: tuple[int | None, int | None] = (job.progress_current, job.progress_total)
         self.usage = job.usage

@@ -215,7 +215,7 @@ class ProcessJobContext:
         self.id = job_id
         self.attempt = attempt
         self.checkpoint = checkpoint
-        self.cancelled = CancelSignal()
+        self.cancelled = CancelSignal(threaded=True)
         self._conn = conn
 
     def check_cancelled(self) -> None:
@@ -253,8 +253,7 @@ def _child_main(
     ctx = ProcessJobContext(job_id, attempt, checkpoint, conn)
 
     def on_term(signum: int, frame: object) -> None:
-        ctx.cancelled.reason = reason.value.decode() or "cancel"
-        ctx.cancelled._flag.set()
+        ctx.cancelled.set(reason.value.decode() or "cancel")
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides, not Ctrl-C

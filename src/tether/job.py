@@ -254,3 +254,43 @@ class CancellationRow:
     result: dict[str, Any] | None
     error: str | None
     completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """An API token as the store keeps it: never the token itself, only its hash."""
+
+    id: int
+    name: str
+    role: str
+    created_at: datetime
+    revoked_at: datetime | None
+    # Not secret on its own (SHA-256 of 256 random bits), but no reason to print it.
+    token_hash: str = field(repr=False, default="")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of the audit log: who tried what, on what, and how it ended."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str | None
+    result: str
+    request_id: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class FeedEvent:
+    """A transition for the live feed: the event plus the job's queue, task and owner.
+
+    ``queue``, ``task`` and ``owner`` are ``None`` when the job has been deleted since.
+    """
+
+    event: JobEvent
+    queue: str | None
+    task: str | None
+    owner: str | None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
+from tether import metrics
 from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
@@ -122,13 +123,25 @@ class Heartbeater(Service):
         timeout = max(1.0, w.config.heartbeat_interval)
         if beats and self.fence_at > sent:
             timeout = min(timeout, self.fence_at - sent)
+        elif beats:
+            # Past the fence point already (the last rounds failed fast or the pause
+            # between rounds crossed it): stop the jobs now, not after one more try.
+            self._maybe_fence()
+        # Not wait_for: it waits for the cancelled call to unwind, and the driver waits for
+        # the server to acknowledge the cancel, which a partitioned server never does.
+        call = asyncio.ensure_future(w.store.heartbeat(w.id, beats, w.config.lease_duration))
+        call.add_done_callback(_retrieve)
         try:
-            res = await asyncio.wait_for(
-                w.store.heartbeat(w.id, beats, w.config.lease_duration), timeout=timeout
-            )
+            done, _ = await asyncio.wait({call}, timeout=timeout)
+            if not done:
+                raise TimeoutError(f"no answer from the database within {timeout:.1f}s")
+            res = call.result()
         except Exception:
+            metrics.heartbeat_failed()
             self._maybe_fence()
             raise
+        finally:
+            call.cancel()  # a no-op once it is done; never waited for
         self.last_ok = sent
         self.fenced = False
         for run in runs:
@@ -156,7 +169,7 @@ class Heartbeater(Service):
     def _maybe_fence(self) -> None:
         now = asyncio.get_running_loop().time()
         silent = now - self.last_ok
-        if now < self.fence_at:
+        if now < self.fence_at - 0.01:  # a timer may fire a hair early
             return
         if not self.fenced:
             log.error(
@@ -377,11 +390,19 @@ class Worker:
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Start and run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
+        loop = asyncio.get_running_loop()
+        early: list[int] = []
+        if handle_signals:
+            # Caught from the start: a signal during start-up (the claimer may already
+            # hold jobs) stops gracefully once started, instead of killing the process.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, early.append, sig)
         await self.start()
         if handle_signals:
-            loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
+            for _ in early[:2]:
+                self.request_stop()
         await self._done.wait()
 
     def request_stop(self) -> None:
@@ -485,9 +506,11 @@ class Worker:
             children=lambda: self.app.children(job.id),
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
+            threaded=task.executor == "thread",
         )
         run = Run(job, task, ctx)
         self.running[job.id] = run
+        metrics.job_started(job)
         exec_task = asyncio.create_task(self._execute(run), name=f"tether-job-{job.id}")
         self._execs.add(exec_task)
         exec_task.add_done_callback(self._execs.discard)
@@ -522,6 +545,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         try:
             log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
+            began = loop.time()
             run.handle = start_handler(
                 run.task,
                 run.ctx,
@@ -534,16 +558,18 @@ class Worker:
                 run.timers.append(loop.call_later(job.timeout, self._time_out, run))
             kind, value = await run.settled
             outcome = self._outcome(run, kind, value)
+            metrics.job_ran(job.task, outcome, loop.time() - began)
             if outcome is None:
                 return
             # The last progress and usage travel with the outcome, not a late heartbeat.
             current, total = run.ctx.progress
-            outcome = dataclasses.replace(
-                outcome,
-                usage=run.ctx.usage if run.ctx.usage != job.usage else None,
-                progress_current=current,
-                progress_total=total,
-            )
+            if current is not None or total is not None or run.ctx.usage != job.usage:
+                outcome = dataclasses.replace(
+                    outcome,
+                    usage=run.ctx.usage if run.ctx.usage != job.usage else None,
+                    progress_current=current,
+                    progress_total=total,
+                )
             run.finishing = True
             accepted = await self.completer.submit(outcome)
             if accepted:
@@ -556,6 +582,7 @@ class Worker:
                     f" ({outcome.reason})" if outcome.reason else "",
                 )
             else:
+                metrics.lease_lost()
                 log.warning("job %s: lease lost before its outcome was recorded", job.id)
         except Exception:
             log.exception("job %s: internal error in the worker", job.id)
@@ -591,6 +618,8 @@ class Worker:
         ``kill_timeout``, and a thread handler, which can only stop cooperatively, is
         abandoned after ``cancel_timeout``.
         """
+        if reason == "lease_lost" and run.interrupt != "lease_lost":
+            metrics.lease_lost()
         if run.interrupt is None or reason == "lease_lost":
             run.interrupt = reason
             run.detail = detail
@@ -614,6 +643,7 @@ class Worker:
         if handle is None or handle.future.done() or run.settled.done():
             return
         run.stopped_by_us = True
+        metrics.handler_stopped(run.task.executor, force)
         handle.stop(force)
         loop = asyncio.get_running_loop()
         run.timers.append(loop.call_later(handle.abandon_after, self._abandon, run))
@@ -707,6 +737,12 @@ class Worker:
         async with asyncio.timeout(timeout):
             while self.running:
                 await asyncio.wait(list(self._execs))
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark an abandoned call's exception as seen (it was handled, or is moot)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _beat(run: Run) -> Beat:

@@ -187,6 +187,28 @@ async def test_cancelling_an_unknown_job_raises_job_not_found_and_records_nothin
     assert sum((await app.stats()).values()) == 0
 
 
+async def test_a_forced_second_request_escalates_the_cancellation_in_progress(
+    app: App, workers: StartWorker
+) -> None:
+    started = asyncio.Event()
+
+    @app.task
+    async def slow_to_stop(ctx: tether.JobContext) -> None:
+        started.set()
+        await asyncio.sleep(3600)  # ignores the signal; only its task being cancelled ends it
+
+    await workers(cancel_grace=30.0)
+    job = await slow_to_stop.enqueue()
+    await asyncio.wait_for(started.wait(), 10)
+    first = asyncio.create_task(app.cancel(job.id, reason="first", wait=20))
+    await eventually(lambda: _record_in(app, job.id, "stopping_runners"))
+    second = await app.cancel(job.id, reason="hurry", force=True, wait=20)
+    r1 = await first
+    assert r1.cancellation_id == second.cancellation_id
+    assert (r1.outcome, second.outcome) == ("cancelled", "cancelled")
+    assert (await app.get(job.id)).stopped_by == "task_cancelled"
+
+
 async def test_second_cancel_while_the_first_is_in_progress_shares_its_record(
     app: App, workers: StartWorker
 ) -> None:
@@ -205,7 +227,7 @@ async def test_second_cancel_while_the_first_is_in_progress_shares_its_record(
     await asyncio.wait_for(started.wait(), 10)
     first = asyncio.create_task(app.cancel(job.id, reason="first", wait=20))
     await eventually(lambda: _record_in(app, job.id, "stopping_runners"))
-    second = asyncio.create_task(app.cancel(job.id, reason="second", force=True, wait=20))
+    second = asyncio.create_task(app.cancel(job.id, reason="second", wait=20))
     done, _ = await asyncio.wait({second}, timeout=0.3)
     assert not done, "the second request waits for the first one's record to settle"
     release.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from tether import metrics
 from tether.job import Job
 from tether.procinfo import hostname, pid_alive
 from tether.service import Service
@@ -17,8 +18,7 @@ class Rescuer(Service):
 
     1. marks dead the workers on this host whose process is gone, and (PostgreSQL) the
        workers whose database session is gone and whose heartbeat is stale;
-    2. if this process leads maintenance (always on SQLite; the advisory-lock holder on
-       PostgreSQL), moves every running job whose lease expired or whose worker is dead
+    2. moves every running job whose lease expired or whose worker is dead
        to ``retrying`` (or ``failed`` once its attempts are spent, or ``cancelled`` if a
        cancel was pending), bumping its lease token so the old worker's writes fail.
     """
@@ -49,9 +49,11 @@ class Rescuer(Service):
         dead = await self.store.mark_dead_workers(self.host, pid_alive, self.session_grace)
         for worker_id in dead:
             log.warning("worker %s is dead; its jobs will be rescued", worker_id)
-        if not await self.store.try_lead():
-            return []
+        # Every worker rescues, not only the maintenance leader: the rescue is fenced and
+        # row-locked, so two rescuers never both move a job, while a frozen leader
+        # (SIGSTOP, a VM pause) keeps its session and its lock and would stall recovery.
         rescued = await self.store.rescue()
+        metrics.zombies_rescued(len(rescued))
         for job in rescued:
             log.warning(
                 "rescued job %s (%s) from worker %s: now %s (attempt %d/%d)",

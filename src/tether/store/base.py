@@ -16,8 +16,10 @@ from tether.errors import InvalidJobError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
+    AuditEntry,
     Beat,
     CancellationRow,
+    FeedEvent,
     HeartbeatResult,
     Job,
     JobEvent,
@@ -26,6 +28,7 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    TokenInfo,
     WorkerInfo,
 )
 
@@ -249,3 +252,51 @@ class Store(Protocol):
 
     async def rescue(self) -> list[Job]:
         """Fenced rescue of running jobs whose lease expired or whose worker is dead."""
+
+    # -- API: tokens, audit log, live feed -------------------------------------------
+
+    async def create_token(self, name: str, role: str, token_hash: str) -> TokenInfo | None:
+        """Store a new token's hash; ``None`` if an active token already has this name."""
+
+    async def list_tokens(self) -> list[TokenInfo]:
+        """Every token, active and revoked, oldest first."""
+
+    async def revoke_token(self, name: str) -> bool:
+        """Revoke the active token with this name; ``False`` if there is none."""
+
+    async def find_token(self, token_hash: str) -> TokenInfo | None:
+        """The active token with this hash, or ``None``."""
+
+    async def append_audit(
+        self,
+        actor: str,
+        action: str,
+        target: str | None,
+        result: str,
+        request_id: str | None,
+        detail: str | None,
+    ) -> AuditEntry:
+        """Add one audit row, stamped with database time."""
+
+    async def list_audit(self, limit: int, offset: int) -> list[AuditEntry]:
+        """Audit rows, newest first."""
+
+    async def feed(
+        self,
+        after_id: int,
+        *,
+        job_id: int | None,
+        queue: str | None,
+        owner: str | None,
+        states: Sequence[str] | None,
+        limit: int,
+    ) -> list[FeedEvent]:
+        """Transitions with an event id above ``after_id``, oldest first, filtered."""
+
+    async def last_event_id(self) -> int:
+        """The newest event id, 0 if there is none."""
+
+    async def list_owned_cancellations(
+        self, owner: str, limit: int, offset: int
+    ) -> list[CancellationRow]:
+        """Cancellation records of the jobs ``owner`` enqueued, newest first."""

@@ -24,9 +24,11 @@ from tether.errors import JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
+    AuditEntry,
     Beat,
     CancellationRow,
     ControlRequest,
+    FeedEvent,
     HeartbeatResult,
     Job,
     JobEvent,
@@ -35,9 +37,11 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    TokenInfo,
     WorkerInfo,
 )
 from tether.states import ACTIVE, TERMINAL, transition_pairs
+from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
 from tether.store.rows import (
     CANCEL_STATE,
@@ -87,10 +91,14 @@ SELECT {JOB_COLUMNS} FROM tether_claim(%(worker)s, %(queues)s, %(tasks)s, %(limi
 
 Q_HEARTBEAT: LiteralString = """
 WITH v AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(cur)s::bigint[],
-                         %(tot)s::bigint[], %(usage)s::bigint[]) AS v(id, token, cur, tot, usage)
+    SELECT * FROM jsonb_to_recordset(%(beats)s::jsonb)
+        AS v(id bigint, token bigint, cur bigint, tot bigint, usage bigint)
 ), w AS (
-    UPDATE tether_workers SET heartbeat_at = now() WHERE id = %(worker)s
+    -- A worker presumed dead (its session was gone for a while) that still beats is
+    -- alive: its old leases were revoked by the rescue, its new ones must not be.
+    UPDATE tether_workers SET heartbeat_at = now(),
+        state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
+    WHERE id = %(worker)s
 ), locked AS (
     -- Row locks in id order: a concurrent completion (same order) cannot deadlock us.
     SELECT j.id FROM tether_jobs j JOIN v ON v.id = j.id ORDER BY j.id FOR UPDATE OF j
@@ -159,36 +167,36 @@ UPDATE tether_jobs SET
     cancel_force = cancel_force OR %(force)s, actor = %(actor)s, reason = %(reason)s,
     cancel_cascade = %(cascade)s
 WHERE id = %(id)s AND state IN ({CANCELLABLE_SQL})
-RETURNING state
+RETURNING {JOB_COLUMNS}
 """
 
-Q_PAUSE: LiteralString = """
+Q_PAUSE: LiteralString = f"""
 UPDATE tether_jobs SET
     state = CASE WHEN state = 'running' THEN state ELSE 'paused' END,
     pause_requested_at = COALESCE(pause_requested_at, now()),
     pause_reason = COALESCE(%(reason)s, pause_reason), actor = %(actor)s,
     reason = COALESCE(%(reason)s, 'paused')
 WHERE id = %(id)s AND state IN ('queued', 'retrying', 'running')
-RETURNING state
+RETURNING {JOB_COLUMNS}
 """
 
-Q_RESUME: LiteralString = """
+Q_RESUME: LiteralString = f"""
 UPDATE tether_jobs SET
     state = CASE WHEN state = 'paused' THEN 'queued' ELSE state END,
     run_at = CASE WHEN state = 'paused' THEN now() ELSE run_at END,
     pause_requested_at = NULL, pause_reason = NULL, budget = COALESCE(%(budget)s, budget),
     actor = %(actor)s, reason = 'resumed'
 WHERE id = %(id)s AND (state = 'paused' OR (state = 'running' AND pause_requested_at IS NOT NULL))
-RETURNING state
+RETURNING {JOB_COLUMNS}
 """
 
-Q_RETRY: LiteralString = """
+Q_RETRY: LiteralString = f"""
 UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
     cancel_requested_at = NULL, cancel_reason = NULL, cancel_force = false,
     pause_requested_at = NULL, pause_reason = NULL,
     actor = %(actor)s, reason = 'retried by a person'
 WHERE id = %(id)s AND state = 'failed'
-RETURNING state
+RETURNING {JOB_COLUMNS}
 """
 
 Q_RESCUE: LiteralString = f"""
@@ -578,16 +586,20 @@ class PostgresStore:
     async def _control(
         self, query: LiteralString, args: dict[str, Any], job_id: int, running_channel: str
     ) -> Job:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(query, args)
-            row = await cur.fetchone()
-            cur = await conn.execute(
-                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
-            )
+        # One statement, one round trip: the change, and (for a flag on a running job,
+        # which the transition trigger does not see) the NOTIFY to its worker.
+        wrapped: LiteralString = (
+            "WITH u AS (" + query + "), n AS (SELECT pg_notify(%(channel)s, id::text) "
+            "FROM u WHERE state = 'running') SELECT u.*, (SELECT count(*) FROM n) AS n FROM u"
+        )
+        async with self._conn() as conn:
+            cur = await conn.execute(wrapped, {**args, "channel": running_channel})
             found = await cur.fetchone()
-            # State changes notify through the trigger; a flag on a running job does not.
-            if row is not None and row["state"] == "running":
-                await self._notify(conn, running_channel, [str(job_id)])
+            if found is None:  # nothing to change: report the job as it is
+                cur = await conn.execute(
+                    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
+                )
+                found = await cur.fetchone()
         if found is None:
             raise JobNotFoundError(job_id)
         return self._rows.job(found)
@@ -702,7 +714,9 @@ class PostgresStore:
             created = cur.rowcount == 1
             cur = await conn.execute(
                 "SELECT * FROM tether_cancellations WHERE job_id = %s OR "
-                "(%s::text IS NOT NULL AND request_id = %s) ORDER BY id = %s DESC LIMIT 1",
+                "(%s::text IS NOT NULL AND request_id = %s) ORDER BY id = %s DESC, "
+                "status NOT IN ('completed', 'partial', 'failed') DESC, "
+                "initiated_at DESC LIMIT 1",
                 (job_id, request_id, request_id, cancellation_id),
             )
             row = await cur.fetchone()
@@ -743,7 +757,7 @@ class PostgresStore:
         async with self._conn() as conn:
             cur = await conn.execute(
                 "SELECT * FROM tether_cancellations WHERE job_id = %s OR "
-                "(%s::text IS NOT NULL AND request_id = %s) LIMIT 1",
+                "(%s::text IS NOT NULL AND request_id = %s) ORDER BY initiated_at DESC LIMIT 1",
                 (job_id, request_id, request_id),
             )
             row = await cur.fetchone()
@@ -831,15 +845,19 @@ class PostgresStore:
     async def heartbeat(
         self, worker_id: str, beats: Sequence[Beat], lease_duration: float
     ) -> HeartbeatResult:
-        args = {
-            "ids": [b.job_id for b in beats],
-            "tokens": [b.lease_token for b in beats],
-            "cur": [b.progress_current for b in beats],
-            "tot": [b.progress_total for b in beats],
-            "usage": [b.usage for b in beats],
-            "worker": worker_id,
-            "lease": lease_duration,
-        }
+        beats_json = json.dumps(
+            [
+                {
+                    "id": b.job_id,
+                    "token": b.lease_token,
+                    "cur": b.progress_current,
+                    "tot": b.progress_total,
+                    "usage": b.usage,
+                }
+                for b in beats
+            ]
+        )
+        args = {"beats": beats_json, "worker": worker_id, "lease": lease_duration}
         async with self._conn() as conn:
             cur = await conn.execute(Q_HEARTBEAT, args)
             rows = await cur.fetchall()
@@ -1077,3 +1095,115 @@ class PostgresStore:
                 target = CHANNELS.get(note.channel)
                 if target is not None:
                     self.hints.publish(target, note.payload.split(","))
+
+    # -- API: tokens, audit log, live feed -------------------------------------------
+
+    async def create_token(self, name: str, role: str, token_hash: str) -> TokenInfo | None:
+        async with self._conn() as conn:
+            # The partial unique index on active names turns a taken name into no row.
+            cur = await conn.execute(
+                "INSERT INTO tether_tokens (name, role, token_hash) VALUES (%s, %s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING *",
+                (name, role, token_hash),
+            )
+            row = await cur.fetchone()
+        return _API.token(row) if row else None
+
+    async def list_tokens(self) -> list[TokenInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT * FROM tether_tokens ORDER BY id")
+            return [_API.token(r) for r in await cur.fetchall()]
+
+    async def revoke_token(self, name: str) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE tether_tokens SET revoked_at = now() "
+                "WHERE name = %s AND revoked_at IS NULL",
+                (name,),
+            )
+            return cur.rowcount > 0
+
+    async def find_token(self, token_hash: str) -> TokenInfo | None:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_tokens WHERE token_hash = %s AND revoked_at IS NULL",
+                (token_hash,),
+            )
+            row = await cur.fetchone()
+        return _API.token(row) if row else None
+
+    async def append_audit(
+        self,
+        actor: str,
+        action: str,
+        target: str | None,
+        result: str,
+        request_id: str | None,
+        detail: str | None,
+    ) -> AuditEntry:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "INSERT INTO tether_audit (actor, action, target, result, request_id, detail) "
+                "VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
+                (actor, action, target, result, request_id, detail),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _API.audit(row)
+
+    async def list_audit(self, limit: int, offset: int) -> list[AuditEntry]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_audit ORDER BY id DESC LIMIT %s OFFSET %s", (limit, offset)
+            )
+            return [_API.audit(r) for r in await cur.fetchall()]
+
+    async def feed(
+        self,
+        after_id: int,
+        *,
+        job_id: int | None,
+        queue: str | None,
+        owner: str | None,
+        states: Sequence[str] | None,
+        limit: int,
+    ) -> list[FeedEvent]:
+        where: list[sql.Composable] = [sql.SQL("e.id > %s")]
+        params: list[Any] = [after_id]
+        for column, value in (("job_id", job_id), ("queue", queue), ("owner", owner)):
+            if value is not None:
+                table = "e" if column == "job_id" else "j"
+                where.append(sql.SQL("{}.{} = %s").format(sql.SQL(table), sql.Identifier(column)))
+                params.append(value)
+        if states is not None:
+            where.append(sql.SQL("e.to_state = ANY(%s)"))
+            params.append(list(states))
+        query = sql.SQL(
+            "SELECT e.*, j.queue AS job_queue, j.task AS job_task, j.owner AS job_owner "
+            "FROM tether_job_events e LEFT JOIN tether_jobs j ON j.id = e.job_id "
+            "WHERE {} ORDER BY e.id LIMIT %s"
+        ).format(sql.SQL(" AND ").join(where))
+        params.append(limit)
+        async with self._conn() as conn:
+            cur = await conn.execute(query, params)
+            return [_API.feed(r) for r in await cur.fetchall()]
+
+    async def last_event_id(self) -> int:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT COALESCE(MAX(id), 0) AS n FROM tether_job_events")
+            row = await cur.fetchone()
+        return int(row["n"]) if row else 0
+
+    async def list_owned_cancellations(
+        self, owner: str, limit: int, offset: int
+    ) -> list[CancellationRow]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT c.* FROM tether_cancellations c JOIN tether_jobs j ON j.id = c.job_id "
+                "WHERE j.owner = %s ORDER BY c.initiated_at DESC, c.id LIMIT %s OFFSET %s",
+                (owner, limit, offset),
+            )
+            return [self._rows.cancellation(r) for r in await cur.fetchall()]
+
+
+_API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)

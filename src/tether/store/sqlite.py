@@ -8,6 +8,7 @@ which serialize writers across processes on the same file; readers never wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import sqlite3
@@ -20,9 +21,11 @@ from tether.errors import JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
+    AuditEntry,
     Beat,
     CancellationRow,
     ControlRequest,
+    FeedEvent,
     HeartbeatResult,
     Job,
     JobEvent,
@@ -31,9 +34,11 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    TokenInfo,
     WorkerInfo,
 )
 from tether.states import TERMINAL, transition_pairs
+from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
 from tether.store.rows import (
     CANCEL_STATE,
@@ -51,6 +56,8 @@ TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 EACH = "(SELECT value FROM json_each(?))"
 LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
 HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)"
+# How often a listening store checks for other processes' commits.
+WATCH_INTERVAL = 0.1
 # SQLite's default limit on bound parameters is 32766; stay well below it.
 CHUNK = 500
 
@@ -72,6 +79,7 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._rows = RowReader(text_json=True, epoch_times=True)
+        self._watcher: asyncio.Task[None] | None = None
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -81,6 +89,11 @@ class SqliteStore:
             await self._call(self._connect)
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
+            self._watcher = None
         executor, self._executor = self._executor, None
         if executor is None:
             return
@@ -489,7 +502,9 @@ class SqliteStore:
             )
             row = conn.execute(
                 "SELECT * FROM tether_cancellations WHERE job_id = ? OR "
-                "(? IS NOT NULL AND request_id = ?) ORDER BY id = ? DESC LIMIT 1",
+                "(? IS NOT NULL AND request_id = ?) ORDER BY id = ? DESC, "
+                "status NOT IN ('completed', 'partial', 'failed') DESC, "
+                "initiated_at DESC LIMIT 1",
                 (job_id, request_id, request_id, cancellation_id),
             ).fetchone()
             return self._rows.cancellation(row), cur.rowcount == 1
@@ -535,7 +550,7 @@ class SqliteStore:
                 self._db()
                 .execute(
                     "SELECT * FROM tether_cancellations WHERE job_id = ? OR "
-                    "(? IS NOT NULL AND request_id = ?) LIMIT 1",
+                    "(? IS NOT NULL AND request_id = ?) ORDER BY initiated_at DESC LIMIT 1",
                     (job_id, request_id, request_id),
                 )
                 .fetchone()
@@ -695,7 +710,10 @@ class SqliteStore:
                         ControlRequest(row[0], bool(row[1]), bool(row[2]), pause=bool(row[3]))
                     )
             conn.execute(
-                f"UPDATE tether_workers SET heartbeat_at = {NOW} WHERE id = ?", (worker_id,)
+                # A worker presumed dead that still beats is alive (see the PostgreSQL store).
+                f"UPDATE tether_workers SET heartbeat_at = {NOW}, "
+                "state = CASE WHEN state = 'dead' THEN 'active' ELSE state END WHERE id = ?",
+                (worker_id,),
             )
             return HeartbeatResult(frozenset(alive), tuple(requests))
 
@@ -1030,7 +1048,167 @@ class SqliteStore:
         return await self._call(run)
 
     async def listen(self) -> None:
-        """Nothing to do: SQLite has no notifications; waits poll."""
+        """Watch for other processes' commits, as NOTIFY does on PostgreSQL.
+
+        SQLite has no notifications. ``PRAGMA data_version`` changes when another
+        connection commits, so a cheap poll of it turns their enqueues, cancel and pause
+        requests into local hints: a worker hears of a cancel in about 0.1 s instead of
+        at its next heartbeat. (This process's own writes publish hints directly.)
+        """
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch(), name="tether-sqlite-watch")
+
+    async def _watch(self) -> None:
+        seen: int | None = None
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            try:
+                seen, changed, requests = await self._call(self._foreign_commits, seen)
+            except StoreError:
+                continue  # the loops that need the database report its failures
+            if changed:
+                self.hints.publish(h.ENQUEUED, [h.ANY])
+                self.hints.publish(h.CHANGED, [h.ANY])
+                self.hints.publish(h.CONTROL, [str(i) for i in requests])
+
+    def _foreign_commits(self, seen: int | None) -> tuple[int, bool, list[int]]:
+        conn = self._db()
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if version == seen:
+            return version, False, []
+        rows = conn.execute(
+            "SELECT id FROM tether_jobs WHERE state = 'running' AND "
+            "(cancel_requested_at IS NOT NULL OR pause_requested_at IS NOT NULL)"
+        ).fetchall()
+        return version, seen is not None, [r[0] for r in rows]
+
+    # -- API: tokens, audit log, live feed -------------------------------------------
+
+    async def create_token(self, name: str, role: str, token_hash: str) -> TokenInfo | None:
+        def run(conn: sqlite3.Connection) -> TokenInfo | None:
+            # The partial unique index on active names turns a taken name into no row.
+            row = conn.execute(
+                "INSERT INTO tether_tokens (name, role, token_hash, created_at) "
+                f"VALUES (?, ?, ?, {NOW}) ON CONFLICT DO NOTHING RETURNING *",
+                (name, role, token_hash),
+            ).fetchone()
+            return _API.token(row) if row else None
+
+        return await self._write_async(run)
+
+    async def list_tokens(self) -> list[TokenInfo]:
+        def run() -> list[TokenInfo]:
+            rows = self._db().execute("SELECT * FROM tether_tokens ORDER BY id")
+            return [_API.token(r) for r in rows]
+
+        return await self._call(run)
+
+    async def revoke_token(self, name: str) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                f"UPDATE tether_tokens SET revoked_at = {NOW} "
+                "WHERE name = ? AND revoked_at IS NULL",
+                (name,),
+            )
+            return cur.rowcount > 0
+
+        return await self._write_async(run)
+
+    async def find_token(self, token_hash: str) -> TokenInfo | None:
+        def run() -> TokenInfo | None:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT * FROM tether_tokens WHERE token_hash = ? AND revoked_at IS NULL",
+                    (token_hash,),
+                )
+                .fetchone()
+            )
+            return _API.token(row) if row else None
+
+        return await self._call(run)
+
+    async def append_audit(
+        self,
+        actor: str,
+        action: str,
+        target: str | None,
+        result: str,
+        request_id: str | None,
+        detail: str | None,
+    ) -> AuditEntry:
+        def run(conn: sqlite3.Connection) -> AuditEntry:
+            row = conn.execute(
+                "INSERT INTO tether_audit (at, actor, action, target, result, request_id, "
+                f"detail) VALUES ({NOW}, ?, ?, ?, ?, ?, ?) RETURNING *",
+                (actor, action, target, result, request_id, detail),
+            ).fetchone()
+            return _API.audit(row)
+
+        return await self._write_async(run)
+
+    async def list_audit(self, limit: int, offset: int) -> list[AuditEntry]:
+        def run() -> list[AuditEntry]:
+            rows = self._db().execute(
+                "SELECT * FROM tether_audit ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)
+            )
+            return [_API.audit(r) for r in rows]
+
+        return await self._call(run)
+
+    async def feed(
+        self,
+        after_id: int,
+        *,
+        job_id: int | None,
+        queue: str | None,
+        owner: str | None,
+        states: Sequence[str] | None,
+        limit: int,
+    ) -> list[FeedEvent]:
+        where = ["e.id > ?"]
+        params: list[Any] = [after_id]
+        for column, value in (("e.job_id", job_id), ("j.queue", queue), ("j.owner", owner)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if states is not None:
+            where.append(f"e.to_state IN ({_marks(len(states))})")
+            params.extend(states)
+        sql = (
+            "SELECT e.*, j.queue AS job_queue, j.task AS job_task, j.owner AS job_owner "
+            "FROM tether_job_events e LEFT JOIN tether_jobs j ON j.id = e.job_id "
+            f"WHERE {' AND '.join(where)} ORDER BY e.id LIMIT ?"
+        )
+        params.append(limit)
+
+        def run() -> list[FeedEvent]:
+            return [_API.feed(r) for r in self._db().execute(sql, params)]
+
+        return await self._call(run)
+
+    async def last_event_id(self) -> int:
+        def run() -> int:
+            row = self._db().execute("SELECT COALESCE(MAX(id), 0) FROM tether_job_events")
+            return int(row.fetchone()[0])
+
+        return await self._call(run)
+
+    async def list_owned_cancellations(
+        self, owner: str, limit: int, offset: int
+    ) -> list[CancellationRow]:
+        def run() -> list[CancellationRow]:
+            rows = self._db().execute(
+                "SELECT c.* FROM tether_cancellations c JOIN tether_jobs j ON j.id = c.job_id "
+                "WHERE j.owner = ? ORDER BY c.initiated_at DESC, c.id LIMIT ? OFFSET ?",
+                (owner, limit, offset),
+            )
+            return [self._rows.cancellation(r) for r in rows]
+
+        return await self._call(run)
+
+
+_API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
 
 
 def _split_sql(script: str) -> list[str]:

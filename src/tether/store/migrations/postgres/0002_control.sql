@@ -32,7 +32,7 @@ CREATE TABLE tether_limits (
 
 CREATE TABLE tether_cancellations (
     id           TEXT PRIMARY KEY,
-    job_id       BIGINT NOT NULL UNIQUE,
+    job_id       BIGINT NOT NULL,
     request_id   TEXT UNIQUE,
     reason       TEXT,
     force        BOOLEAN NOT NULL,
@@ -47,6 +47,11 @@ CREATE TABLE tether_cancellations (
     completed_at TIMESTAMPTZ
 );
 CREATE INDEX tether_cancellations_recent ON tether_cancellations (initiated_at DESC, id);
+CREATE INDEX tether_cancellations_job ON tether_cancellations (job_id, initiated_at DESC);
+-- Concurrent requests for one job share the record in progress; once it has settled, a
+-- job that ran again (a retried failure) can be cancelled again with a record of its own.
+CREATE UNIQUE INDEX tether_cancellations_open ON tether_cancellations (job_id)
+    WHERE status NOT IN ('completed', 'partial', 'failed');
 
 CREATE TABLE tether_artifacts (
     id         BIGSERIAL PRIMARY KEY,

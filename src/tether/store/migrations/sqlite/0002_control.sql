@@ -27,7 +27,7 @@ CREATE TABLE tether_limits (
 
 CREATE TABLE tether_cancellations (
     id           TEXT PRIMARY KEY,
-    job_id       INTEGER NOT NULL UNIQUE,
+    job_id       INTEGER NOT NULL,
     request_id   TEXT UNIQUE,
     reason       TEXT,
     force        INTEGER NOT NULL,
@@ -42,6 +42,9 @@ CREATE TABLE tether_cancellations (
     completed_at REAL
 );
 CREATE INDEX tether_cancellations_recent ON tether_cancellations (initiated_at DESC, id);
+CREATE INDEX tether_cancellations_job ON tether_cancellations (job_id, initiated_at DESC);
+CREATE UNIQUE INDEX tether_cancellations_open ON tether_cancellations (job_id)
+    WHERE status NOT IN ('completed', 'partial', 'failed');
 
 CREATE TABLE tether_artifacts (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,26 @@
+-- tether schema, version 4 (SQLite): API tokens and the audit log.
+
+-- Tokens are stored only as the SHA-256 of a high-entropy secret. A revoked token keeps
+-- its row (the audit log names it); a name is unique among the tokens still active, so a
+-- revoked name can be issued again (rotation).
+CREATE TABLE tether_tokens (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    name       TEXT NOT NULL,
+    role       TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+    token_hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE UNIQUE INDEX tether_tokens_active_name ON tether_tokens (name) WHERE revoked_at IS NULL;
+
+-- One row per mutation and per denied attempt, stamped with database time.
+CREATE TABLE tether_audit (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    at         REAL NOT NULL,
+    actor      TEXT NOT NULL,
+    action     TEXT NOT NULL,
+    target     TEXT,
+    result     TEXT NOT NULL,
+    request_id TEXT,
+    detail     TEXT
+);

@@ -1,0 +1,70 @@
+"""The FastAPI application: ``create_app(tether_app)``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from tether import __version__
+from tether.app import App
+from tether.web import errors
+from tether.web.guard import Guard
+from tether.web.routes import control, jobs, root, stream
+from tether.web.security import Api
+from tether.web.settings import ApiSettings
+
+log = logging.getLogger("tether.web")
+
+DESCRIPTION = """\
+The REST API of a tether queue. Send a token from `tether token create` as
+`Authorization: Bearer <token>`. Admins act on every job; members on the jobs they
+enqueued (another principal's job answers 404); viewers only read. Errors are JSON:
+`{"code": ..., "message": ..., "request_id": ...}`, with stable codes.
+"""
+
+
+def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
+    """The REST API, live events, ``/metrics`` and ``/health`` for ``tether_app``.
+
+    Under a server, the lifespan opens the database (and, on PostgreSQL, starts
+    listening for notifications) at start-up, and closes it at shutdown.
+    """
+    settings = settings or ApiSettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        store = await tether_app.store()
+        listen = getattr(store, "listen", None)
+        if listen is not None:
+            await listen()
+        try:
+            yield
+        finally:
+            await tether_app.close()
+
+    api = FastAPI(
+        title="tether",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "jobs", "description": "Enqueue, read and steer jobs."},
+            {"name": "cancellations", "description": "Cancellation records."},
+            {"name": "queues", "description": "Queues, concurrency keys and resource pools."},
+            {"name": "workers", "description": "Workers and job counts."},
+            {"name": "audit", "description": "Who changed what."},
+            {"name": "events", "description": "Live transitions (Server-Sent Events)."},
+            {"name": "status", "description": "Health and metrics."},
+        ],
+    )
+    api.state.api = Api.build(tether_app, settings)
+    errors.install(api)
+    api.include_router(jobs.router, prefix="/api")
+    api.include_router(control.router, prefix="/api")
+    api.include_router(stream.router, prefix="/api")
+    api.include_router(root.router)
+    api.add_middleware(Guard, max_body_bytes=settings.max_body_bytes)
+    return api

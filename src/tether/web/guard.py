@@ -1,0 +1,106 @@
+"""The outermost layer of every request: its id, the body size limit, the last-resort
+error answer, and the request counter.
+
+A pure ASGI middleware, so it sees a streamed body chunk by chunk (a missing or lying
+``Content-Length`` does not get past the limit) and catches whatever the app raises
+before anything generic could answer with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from typing import Any
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tether import metrics
+
+log = logging.getLogger("tether.web")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class BodyTooLarge(HTTPException):
+    """The request body passed the limit while the app was reading it. An HTTPException,
+    so that the framework's body parsing lets it through as a 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body exceeds {limit} bytes")
+
+
+class Guard:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        given = headers.get("x-request-id", "")
+        # A client's id is kept if it is tame; anything else could forge log lines.
+        request_id = given if REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = [500]
+        started = [False]
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started[0] = True
+                status[0] = message["status"]
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        try:
+            length = headers.get("content-length")
+            if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+                await self._answer(send_with_id, request_id, 413, "payload_too_large")
+                return
+            received = [0]
+
+            async def counted() -> Message:
+                message = await receive()
+                if message["type"] == "http.request":
+                    received[0] += len(message.get("body", b""))
+                    if received[0] > self.max_body_bytes:
+                        raise BodyTooLarge(self.max_body_bytes)
+                return message
+
+            await self.app(scope, counted, send_with_id)
+        except BodyTooLarge:
+            if not started[0]:
+                await self._answer(send_with_id, request_id, 413, "payload_too_large")
+        except Exception:
+            # The traceback goes to the server's log, never to the client.
+            log.exception("request %s failed", request_id)
+            if not started[0]:
+                await self._answer(send_with_id, request_id, 500, "internal_error")
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            metrics.http_request(scope.get("method", "?"), route, status[0])
+
+    async def _answer(self, send: Send, request_id: str, status: int, code: str) -> None:
+        messages = {
+            "payload_too_large": f"the request body exceeds {self.max_body_bytes} bytes",
+            "internal_error": "internal error",
+        }
+        body: dict[str, Any] = {"code": code, "message": messages[code], "request_id": request_id}
+        payload = json.dumps(body).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})

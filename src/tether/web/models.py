@@ -1,0 +1,585 @@
+"""Typed request and response bodies of the REST API (they make its OpenAPI schema)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
+from tether.job import AuditEntry, Job, JobEvent, LimitInfo, QueueInfo, WorkerInfo
+from tether.states import JobState
+
+MAX_ID = 2**63 - 1  # PostgreSQL's bigint
+MAX_INT = 2**31 - 1  # PostgreSQL's integer
+
+# Names end up in indexed text columns: printable, bounded, no NUL (PostgreSQL refuses it).
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+Text = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
+JobId = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+
+class _In(BaseModel):
+    # Unknown fields are mistakes worth reporting; NaN and infinity are not JSON.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    """Every error: a stable ``code``, a message for people, and the request's id."""
+
+    code: str = Field(examples=["not_found"])
+    message: str
+    request_id: str | None = None
+
+
+# -- jobs --------------------------------------------------------------------------------
+
+
+class EnqueueIn(_In):
+    """A job to enqueue. A known ``idempotency_key`` returns the job made with it."""
+
+    task: Name
+    args: dict[str, Any] = Field(default_factory=dict)
+    queue: Name | None = None
+    priority: int | None = Field(default=None, ge=-MAX_INT, le=MAX_INT)
+    key: Name | None = Field(default=None, description="Concurrency key.")
+    delay: float = Field(default=0.0, ge=0, le=366 * 86400, description="Seconds.")
+    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    timeout: float | None = Field(default=None, gt=0, le=366 * 86400)
+    idempotency_key: Name | None = None
+    budget: int | None = Field(default=None, ge=1, le=MAX_ID)
+    depends_on: list[JobId] = Field(default_factory=list, max_length=1000)
+
+
+class Lease(BaseModel):
+    """Who holds a running job, until when, and its fencing token."""
+
+    worker_id: str | None
+    lease_token: int
+    expires_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+class CancelRequest(BaseModel):
+    """A cancel request on a job (pending while it is running)."""
+
+    requested_at: datetime
+    reason: str | None
+    force: bool
+    cascade: bool
+
+
+class PauseRequest(BaseModel):
+    """A pause request on a running job (it pauses at its next checkpoint)."""
+
+    requested_at: datetime
+    reason: str | None
+
+
+class Progress(BaseModel):
+    """What the handler last reported."""
+
+    current: int | None
+    total: int | None
+
+
+class JobOut(BaseModel):
+    """A job. ``display_state`` is what people see (``cancelling``, ``pausing``...)."""
+
+    id: int
+    task: str
+    args: dict[str, Any]
+    queue: str
+    priority: int
+    key: str | None
+    state: JobState
+    display_state: str
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease: Lease
+    cancel_request: CancelRequest | None
+    pause_request: PauseRequest | None
+    progress: Progress
+    checkpoint: Any = None
+    result: Any = None
+    error: str | None
+    owner: str | None
+    idempotency_key: str | None
+    budget: int | None
+    usage: int
+    limits: list[str]
+    stopped_by: str | None
+    parent_id: int | None
+    phase: str | None
+    waiting_children: bool
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        """The API view of a job."""
+        cancel = (
+            CancelRequest(
+                requested_at=job.cancel_requested_at,
+                reason=job.cancel_reason,
+                force=job.cancel_force,
+                cascade=job.cancel_cascade,
+            )
+            if job.cancel_requested_at is not None
+            else None
+        )
+        pause = (
+            PauseRequest(requested_at=job.pause_requested_at, reason=job.pause_reason)
+            if job.pause_requested_at is not None
+            else None
+        )
+        return cls(
+            id=job.id,
+            task=job.task,
+            args=job.args,
+            queue=job.queue,
+            priority=job.priority,
+            key=job.key,
+            state=job.state,
+            display_state=job.display_state,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            timeout=job.timeout,
+            run_at=job.run_at,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            lease=Lease(
+                worker_id=job.worker_id,
+                lease_token=job.lease_token,
+                expires_at=job.lease_expires_at,
+                heartbeat_at=job.heartbeat_at,
+            ),
+            cancel_request=cancel,
+            pause_request=pause,
+            progress=Progress(current=job.progress_current, total=job.progress_total),
+            checkpoint=job.checkpoint,
+            result=job.result,
+            error=job.error,
+            owner=job.owner,
+            idempotency_key=job.idempotency_key,
+            budget=job.budget,
+            usage=job.usage,
+            limits=list(job.limits),
+            stopped_by=job.stopped_by,
+            parent_id=job.parent_id,
+            phase=job.phase,
+            waiting_children=job.waiting_children,
+        )
+
+
+class JobRef(BaseModel):
+    """A job named in another: its id, task and displayed state."""
+
+    id: int
+    task: str
+    state: JobState
+    display_state: str
+
+    @classmethod
+    def of(cls, job: Job) -> JobRef:
+        """The short view of a job."""
+        return cls(id=job.id, task=job.task, state=job.state, display_state=job.display_state)
+
+
+class JobDetail(JobOut):
+    """A job with its children and its dependency edges."""
+
+    children: list[JobRef]
+    depends_on: list[int]
+    dependents: list[int]
+
+
+class JobPage(BaseModel):
+    """One page of jobs, newest first; ``next_offset`` is ``None`` on the last page."""
+
+    items: list[JobOut]
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class EventOut(BaseModel):
+    """One transition of a job, in database time."""
+
+    id: int
+    job_id: int
+    from_state: JobState | None
+    to_state: JobState
+    at: datetime
+    worker_id: str | None
+    actor: str | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, ev: JobEvent) -> EventOut:
+        """The API view of an event."""
+        return cls(
+            id=ev.id,
+            job_id=ev.job_id,
+            from_state=ev.from_state,
+            to_state=ev.to_state,
+            at=ev.at,
+            worker_id=ev.worker_id,
+            actor=ev.actor,
+            reason=ev.reason,
+        )
+
+
+class EventList(BaseModel):
+    """A job's history, oldest first."""
+
+    items: list[EventOut]
+
+
+# -- control -----------------------------------------------------------------------------
+
+
+class CancelIn(_In):
+    """How to cancel. ``wait`` bounds how long the call waits for a running job to stop
+    (capped by the server); ``request_id`` makes a retried request share one record."""
+
+    reason: Text | None = None
+    force: bool = False
+    cascade: bool = True
+    wait: float = Field(default=10.0, ge=0, le=3600)
+    request_id: Name | None = None
+
+
+class PauseIn(_In):
+    """Why the job is paused."""
+
+    reason: Text | None = None
+
+
+class ResumeIn(_In):
+    """Resume, optionally with a new usage budget."""
+
+    budget: int | None = Field(default=None, ge=1, le=MAX_ID)
+
+
+class QueuePauseIn(_In):
+    """Why the queue is paused."""
+
+    reason: Text | None = None
+
+
+class Step(BaseModel):
+    """One step of a cancellation."""
+
+    name: str
+    status: Literal["completed", "failed", "skipped"]
+    started_at: str
+    completed_at: str
+    details: dict[str, Any]
+    error: str | None
+
+    @classmethod
+    def of(cls, step: CancellationStep) -> Step:
+        """The API view of a step."""
+        return cls(
+            name=step.name,
+            status=step.status,
+            started_at=step.started_at,
+            completed_at=step.completed_at,
+            details=step.details,
+            error=step.error,
+        )
+
+
+class CancellationOut(BaseModel):
+    """What a cancellation did (see :class:`tether.CancellationResult`)."""
+
+    cancellation_id: str
+    job_id: int
+    status: str
+    outcome: Literal[
+        "cancelled", "already_cancelled", "finished_first", "failed_over_budget", "requested"
+    ]
+    success: bool
+    tasks_cancelled: list[int]
+    tasks_completed: list[int]
+    tasks_failed: list[int]
+    runners_terminated: list[str]
+    slots_released: list[str]
+    artifacts_preserved: list[str]
+    dependents_blocked: list[int]
+    errors: list[str]
+    duration_seconds: float
+    steps: list[Step]
+    job: JobOut
+
+    @classmethod
+    def of(cls, res: CancellationResult) -> CancellationOut:
+        """The API view of a cancellation result."""
+        return cls(
+            cancellation_id=res.cancellation_id,
+            job_id=res.job_id,
+            status=res.status,
+            outcome=res.outcome,
+            success=res.success,
+            tasks_cancelled=res.tasks_cancelled,
+            tasks_completed=res.tasks_completed,
+            tasks_failed=res.tasks_failed,
+            runners_terminated=res.runners_terminated,
+            slots_released=res.slots_released,
+            artifacts_preserved=res.artifacts_preserved,
+            dependents_blocked=res.dependents_blocked,
+            errors=res.errors,
+            duration_seconds=res.duration_seconds,
+            steps=[Step.of(s) for s in res.steps],
+            job=JobOut.of(res.job),
+        )
+
+
+class CancellationRecordOut(BaseModel):
+    """A persisted cancellation record."""
+
+    id: str
+    job_id: int
+    request_id: str | None
+    reason: str | None
+    force: bool
+    cascade: bool
+    initiated_by: str | None
+    initiated_at: datetime
+    status: str
+    settled: bool
+    steps: list[Step]
+    result: dict[str, Any] | None
+    error: str | None
+    completed_at: datetime | None
+
+    @classmethod
+    def of(cls, rec: CancellationRecord) -> CancellationRecordOut:
+        """The API view of a record."""
+        return cls(
+            id=rec.id,
+            job_id=rec.job_id,
+            request_id=rec.request_id,
+            reason=rec.reason,
+            force=rec.force,
+            cascade=rec.cascade,
+            initiated_by=rec.initiated_by,
+            initiated_at=rec.initiated_at,
+            status=rec.status,
+            settled=rec.settled,
+            steps=[Step.of(s) for s in rec.steps],
+            result=rec.result,
+            error=rec.error,
+            completed_at=rec.completed_at,
+        )
+
+
+class CancellationStatus(BaseModel):
+    """Where a job's cancellation stands; ``cancellation`` is ``None`` if it has none.
+
+    ``settled``: the record is final (it may say ``partial`` while the job still stops);
+    ``stopped``: the job no longer runs."""
+
+    job_id: int
+    state: JobState
+    display_state: str
+    settled: bool
+    stopped: bool
+    success: bool | None
+    errors: list[str]
+    cancellation: CancellationRecordOut | None
+
+
+class CancellationPage(BaseModel):
+    """Cancellation records, newest first."""
+
+    items: list[CancellationRecordOut]
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class Deleted(BaseModel):
+    """A deleted job and the active children its deletion cancelled."""
+
+    deleted: int
+    children_cancelled: list[int]
+
+
+class QueueOut(BaseModel):
+    """A queue: whether it is paused, and its jobs by state."""
+
+    name: str
+    paused: bool
+    reason: str | None
+    counts: dict[str, int]
+
+    @classmethod
+    def of(cls, q: QueueInfo) -> QueueOut:
+        """The API view of a queue."""
+        return cls(name=q.name, paused=q.paused, reason=q.reason, counts=q.counts)
+
+
+class QueueList(BaseModel):
+    """Every queue that has jobs or a pause flag."""
+
+    items: list[QueueOut]
+
+
+class KeyOut(BaseModel):
+    """A concurrency key or resource pool, and why it may be blocked."""
+
+    name: str
+    kind: str
+    capacity: int
+    running: int
+    held: int
+    waiting: int
+    block_on_hold: bool
+    blocked_reason: str | None
+
+    @classmethod
+    def of(cls, lim: LimitInfo) -> KeyOut:
+        """The API view of a limit (its name without the ``key:``/``resource:`` prefix)."""
+        return cls(
+            name=lim.name.split(":", 1)[1] if ":" in lim.name else lim.name,
+            kind=lim.kind,
+            capacity=lim.capacity,
+            running=lim.used,
+            held=lim.held,
+            waiting=lim.queued,
+            block_on_hold=lim.block_on_hold,
+            blocked_reason=lim.blocked_reason,
+        )
+
+
+class KeyList(BaseModel):
+    """Concurrency keys and resource pools."""
+
+    items: list[KeyOut]
+
+
+class WorkerOut(BaseModel):
+    """A worker: its state, last heartbeat, and the running jobs it leases."""
+
+    id: str
+    name: str | None
+    host: str
+    pid: int
+    state: str
+    started_at: datetime
+    heartbeat_at: datetime
+    running_jobs: int
+    jobs: list[int]
+
+    @classmethod
+    def of(cls, w: WorkerInfo, jobs: list[int]) -> WorkerOut:
+        """The API view of a worker with the ids of its jobs the caller may see."""
+        return cls(
+            id=w.id,
+            name=w.name,
+            host=w.host,
+            pid=w.pid,
+            state=w.state,
+            started_at=w.started_at,
+            heartbeat_at=w.heartbeat_at,
+            running_jobs=w.running_jobs,
+            jobs=jobs,
+        )
+
+
+class WorkerList(BaseModel):
+    """Workers, newest first."""
+
+    items: list[WorkerOut]
+
+
+class Stats(BaseModel):
+    """Jobs in each state (every state present) and in all."""
+
+    states: dict[str, int]
+    total: int
+
+
+class AuditOut(BaseModel):
+    """One audit row."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str | None
+    result: str
+    request_id: str | None
+    detail: str | None
+
+    @classmethod
+    def of(cls, e: AuditEntry) -> AuditOut:
+        """The API view of an audit row."""
+        return cls(
+            id=e.id,
+            at=e.at,
+            actor=e.actor,
+            action=e.action,
+            target=e.target,
+            result=e.result,
+            request_id=e.request_id,
+            detail=e.detail,
+        )
+
+
+class AuditPage(BaseModel):
+    """Audit rows, newest first."""
+
+    items: list[AuditOut]
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class Transition(BaseModel):
+    """One message of the live event stream (the ``data`` of an SSE ``transition``)."""
+
+    event_id: int
+    job_id: int
+    from_state: JobState | None
+    to_state: JobState
+    at: datetime
+    queue: str | None
+    task: str | None
+    owner: str | None
+    worker_id: str | None
+    actor: str | None
+    reason: str | None
+
+
+# -- health ------------------------------------------------------------------------------
+
+
+class DatabaseHealth(BaseModel):
+    """Whether the database answers, how fast, and whether its schema is current."""
+
+    reachable: bool
+    latency_ms: float | None
+    schema_version: int | None
+    expected_schema_version: int
+
+
+class Health(BaseModel):
+    """``ok``, ``degraded`` (works, with problems listed) or ``down`` (answered 503)."""
+
+    status: Literal["ok", "degraded", "down"]
+    database: DatabaseHealth
+    active_workers: int | None
+    problems: list[str]

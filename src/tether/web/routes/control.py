@@ -1,0 +1,170 @@
+"""Queues, keys, workers, stats, cancellations and the audit log."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Query
+
+from tether.web.models import (
+    AuditOut,
+    AuditPage,
+    CancellationPage,
+    CancellationRecordOut,
+    KeyList,
+    KeyOut,
+    QueueList,
+    QueueOut,
+    QueuePauseIn,
+    Stats,
+    WorkerList,
+    WorkerOut,
+)
+from tether.web.routes import ERRORS
+from tether.web.routes.jobs import Limit, Offset
+from tether.web.security import ADMINS, ALL_ROLES, Caller, require
+
+router = APIRouter(responses=ERRORS)
+
+QueueName = Annotated[
+    str, Path(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$", description="Queue.")
+]
+RUNNING_SHOWN = 10_000  # running jobs listed across all workers (the running set is small)
+
+
+def _next(offset: int, limit: int, found: int) -> int | None:
+    return offset + limit if found == limit else None
+
+
+@router.get(
+    "/cancellations",
+    response_model=CancellationPage,
+    tags=["cancellations"],
+    summary="Cancellation records, newest first",
+)
+async def list_cancellations(
+    caller: Annotated[Caller, Depends(require("cancellation.list", ALL_ROLES))],
+    limit: Limit = 20,
+    offset: Offset = 0,
+) -> CancellationPage:
+    owner = caller.principal.owner_filter
+    records = (
+        await caller.app.cancellations(limit, offset)
+        if owner is None
+        else await caller.app.cancellations_of(owner, limit, offset)
+    )
+    return CancellationPage(
+        items=[CancellationRecordOut.of(r) for r in records],
+        limit=limit,
+        offset=offset,
+        next_offset=_next(offset, limit, len(records)),
+    )
+
+
+@router.get("/queues", response_model=QueueList, tags=["queues"], summary="Queues")
+async def list_queues(
+    caller: Annotated[Caller, Depends(require("queue.list", ALL_ROLES))],
+) -> QueueList:
+    return QueueList(items=[QueueOut.of(q) for q in await caller.app.queues()])
+
+
+async def _queue(caller: Caller, name: str) -> QueueOut:
+    for q in await caller.app.queues():
+        if q.name == name:
+            return QueueOut.of(q)
+    # A resumed queue without jobs may not be listed: it is simply not paused.
+    return QueueOut(name=name, paused=False, reason=None, counts={})
+
+
+@router.post(
+    "/queues/{name}/pause",
+    response_model=QueueOut,
+    tags=["queues"],
+    summary="Stop claims from a queue (admin); running jobs finish",
+)
+async def pause_queue(
+    name: QueueName,
+    caller: Annotated[Caller, Depends(require("queue.pause", ADMINS))],
+    body: Annotated[QueuePauseIn | None, Body()] = None,
+) -> QueueOut:
+    async with caller.attempt(f"queue:{name}", mutation=True) as att:
+        att.detail = body.reason if body else None
+        await caller.app.pause_queue(name, reason=body.reason if body else None)
+    return await _queue(caller, name)
+
+
+@router.post(
+    "/queues/{name}/resume",
+    response_model=QueueOut,
+    tags=["queues"],
+    summary="Let workers claim from a paused queue again (admin)",
+)
+async def resume_queue(
+    name: QueueName,
+    caller: Annotated[Caller, Depends(require("queue.resume", ADMINS))],
+) -> QueueOut:
+    async with caller.attempt(f"queue:{name}", mutation=True):
+        await caller.app.resume_queue(name)
+    return await _queue(caller, name)
+
+
+@router.get(
+    "/keys",
+    response_model=KeyList,
+    tags=["queues"],
+    summary="Concurrency keys and resource pools, with what blocks them",
+)
+async def list_keys(
+    caller: Annotated[Caller, Depends(require("key.list", ALL_ROLES))],
+) -> KeyList:
+    return KeyList(items=[KeyOut.of(lim) for lim in await caller.app.limits()])
+
+
+@router.get(
+    "/workers",
+    response_model=WorkerList,
+    tags=["workers"],
+    summary="Workers: state, last heartbeat and running jobs",
+)
+async def list_workers(
+    caller: Annotated[Caller, Depends(require("worker.list", ALL_ROLES))],
+    state: Annotated[
+        list[str] | None,
+        Query(description="Only workers in these states (active, draining, stopped, dead)."),
+    ] = None,
+) -> WorkerList:
+    workers = [w for w in await caller.app.workers() if not state or w.state in state]
+    running = await caller.app.list(
+        state="running", owner=caller.principal.owner_filter, limit=RUNNING_SHOWN
+    )
+    by_worker: dict[str, list[int]] = {}
+    for job in running:
+        if job.worker_id is not None:
+            by_worker.setdefault(job.worker_id, []).append(job.id)
+    return WorkerList(items=[WorkerOut.of(w, sorted(by_worker.get(w.id, []))) for w in workers])
+
+
+@router.get("/stats", response_model=Stats, tags=["workers"], summary="Jobs in each state")
+async def stats(caller: Annotated[Caller, Depends(require("stats.read", ALL_ROLES))]) -> Stats:
+    counts = await caller.app.stats()
+    return Stats(states=counts, total=sum(counts.values()))
+
+
+@router.get(
+    "/audit",
+    response_model=AuditPage,
+    tags=["audit"],
+    summary="The audit log, newest first (admin)",
+)
+async def audit_log(
+    caller: Annotated[Caller, Depends(require("audit.read", ADMINS))],
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> AuditPage:
+    rows = await caller.api.audit.list(limit, offset)
+    return AuditPage(
+        items=[AuditOut.of(e) for e in rows],
+        limit=limit,
+        offset=offset,
+        next_offset=_next(offset, limit, len(rows)),
+    )

@@ -1,0 +1,302 @@
+"""Jobs: enqueue, list, read, history, cancel, pause, resume, retry, delete."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Query
+
+from tether.errors import JobNotFoundError, WaitTimeoutError
+from tether.job import Job
+from tether.states import JobState
+from tether.task import EnqueueOptions
+from tether.web.errors import ApiError
+from tether.web.models import (
+    MAX_ID,
+    CancelIn,
+    CancellationOut,
+    CancellationRecordOut,
+    CancellationStatus,
+    Deleted,
+    EnqueueIn,
+    EventList,
+    EventOut,
+    JobDetail,
+    JobOut,
+    JobPage,
+    JobRef,
+    PauseIn,
+    ResumeIn,
+)
+from tether.web.routes import ERRORS
+from tether.web.security import ALL_ROLES, WRITERS, Caller, require
+from tether.web.settings import MAX_PAGE_SIZE
+
+router = APIRouter(tags=["jobs"], responses=ERRORS)
+
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="The job id.")]
+NAME = r"^[^\x00-\x1f\x7f]+$"
+NameQuery = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME)]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size (at most 1000).")]
+Offset = Annotated[int, Query(ge=0, le=10**9)]
+MAX_LISTED = 1000  # children and dependency ids shown with a job
+
+Reader = Annotated[Caller, Depends(require("job.read", ALL_ROLES))]
+
+
+def _target(job_id: int) -> str:
+    return f"job:{job_id}"
+
+
+async def _visible_ids(caller: Caller, ids: list[int]) -> list[int]:
+    """The ids among ``ids`` this caller may see (members: only their own jobs)."""
+    ids = ids[:MAX_LISTED]
+    if caller.principal.owner_filter is None:
+        return ids
+    visible = []
+    for job_id in ids:
+        with contextlib.suppress(JobNotFoundError):
+            if caller.principal.sees(await caller.app.get(job_id)):
+                visible.append(job_id)
+    return visible
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobOut,
+    summary="Enqueue a job",
+    description="The caller owns the new job. A known `idempotency_key` returns the job "
+    "made with it (which must be the caller's).",
+)
+async def enqueue(
+    body: EnqueueIn,
+    caller: Annotated[Caller, Depends(require("job.enqueue", WRITERS))],
+) -> JobOut:
+    async with caller.attempt(f"task:{body.task}", mutation=True) as att:
+        if caller.principal.owner_filter is not None:
+            for dep in body.depends_on:
+                try:
+                    await caller.job(dep)
+                except ApiError as exc:
+                    # Same answer as for an id that does not exist: no leaking of ids.
+                    raise ApiError(
+                        422, "invalid_job", f"unknown dependency id(s): {dep}", denied=exc.denied
+                    ) from None
+        if "\\u0000" in json.dumps(body.args):
+            raise ApiError(422, "invalid_job", "args must not contain NUL characters")
+        opts = EnqueueOptions(
+            queue=body.queue,
+            priority=body.priority,
+            key=body.key,
+            delay=body.delay,
+            max_attempts=body.max_attempts,
+            timeout=body.timeout,
+            idempotency_key=body.idempotency_key,
+            owner=caller.principal.name,
+            budget=body.budget,
+            depends_on=tuple(body.depends_on),
+        )
+        job = await caller.app.enqueue(body.task, body.args, opts)
+        att.target = _target(job.id)
+        if not caller.principal.sees(job):
+            raise ApiError(
+                409, "idempotency_conflict", "this idempotency key is already in use", denied=True
+            )
+    return JobOut.of(job)
+
+
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first")
+async def list_jobs(
+    caller: Annotated[Caller, Depends(require("job.list", ALL_ROLES))],
+    state: Annotated[list[JobState] | None, Query(description="Repeatable.")] = None,
+    queue: NameQuery = None,
+    task: NameQuery = None,
+    key: NameQuery = None,
+    owner: NameQuery = None,
+    parent: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Parent job id.")] = None,
+    worker: NameQuery = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> JobPage:
+    forced = caller.principal.owner_filter
+    if forced is not None and owner is not None and owner != forced:
+        jobs: list[Job] = []  # a member sees only its own jobs, whatever it asks for
+    else:
+        jobs = await caller.app.list(
+            state=list(state) if state else None,
+            queue=queue,
+            task=task,
+            key=key,
+            owner=forced or owner,
+            worker_id=worker,
+            parent_id=parent,
+            limit=limit,
+            offset=offset,
+        )
+    return JobPage(
+        items=[JobOut.of(j) for j in jobs],
+        limit=limit,
+        offset=offset,
+        next_offset=offset + limit if len(jobs) == limit else None,
+    )
+
+
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobDetail,
+    summary="One job, with its lease, requests, progress, children and dependencies",
+)
+async def get_job(job_id: JobIdPath, caller: Reader) -> JobDetail:
+    async with caller.attempt(_target(job_id), mutation=False):
+        job = await caller.job(job_id)
+    children = [c for c in await caller.app.children(job_id) if caller.principal.sees(c)]
+    upstream, downstream = await caller.app.dependencies(job_id)
+    return JobDetail(
+        **JobOut.of(job).model_dump(),
+        children=[JobRef.of(c) for c in children[:MAX_LISTED]],
+        depends_on=await _visible_ids(caller, upstream),
+        dependents=await _visible_ids(caller, downstream),
+    )
+
+
+@router.get("/jobs/{job_id}/events", response_model=EventList, summary="A job's history")
+async def job_events(job_id: JobIdPath, caller: Reader) -> EventList:
+    async with caller.attempt(_target(job_id), mutation=False):
+        await caller.job(job_id)
+    return EventList(items=[EventOut.of(e) for e in await caller.app.events(job_id)])
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=CancellationOut,
+    summary="Cancel a job",
+    description="A job that is not running is cancelled at once; a running one is asked to "
+    "stop, and the call waits up to `wait` seconds (capped by the server) for it.",
+)
+async def cancel_job(
+    job_id: JobIdPath,
+    caller: Annotated[Caller, Depends(require("job.cancel", WRITERS))],
+    body: Annotated[CancelIn | None, Body()] = None,
+) -> CancellationOut:
+    body = body or CancelIn()
+    async with caller.attempt(_target(job_id), mutation=True) as att:
+        await caller.job(job_id)
+        att.detail = body.reason
+        result = await caller.app.cancel(
+            job_id,
+            reason=body.reason,
+            force=body.force,
+            cascade=body.cascade,
+            wait=min(body.wait, caller.api.settings.max_wait),
+            actor=caller.principal.name,
+            # Scoped to the principal: one client's ids can never meet another's.
+            request_id=f"{caller.principal.name}:{body.request_id}" if body.request_id else None,
+        )
+    return CancellationOut.of(result)
+
+
+@router.get(
+    "/jobs/{job_id}/cancellation-status",
+    response_model=CancellationStatus,
+    summary="Where a job's cancellation stands",
+    description="With `wait`, answers once the cancellation has settled and the job has "
+    "stopped, or when the wait ends (event-driven; capped by the server, and at least its "
+    "poll floor).",
+)
+async def cancellation_status(
+    job_id: JobIdPath,
+    caller: Reader,
+    wait: Annotated[float, Query(ge=0, le=3600, description="Seconds to wait.")] = 0.0,
+) -> CancellationStatus:
+    async with caller.attempt(_target(job_id), mutation=False):
+        await caller.job(job_id)
+    settings = caller.api.settings
+    record = await caller.app.cancellation(job_id)
+    job = await caller.app.get(job_id)
+    if record is not None and wait > 0 and not _done(record.settled, job):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(wait, settings.min_poll_interval), settings.max_wait)
+        await caller.app.wait_cancelled(job_id, deadline - loop.time())
+        # A record settles when its own wait ends; the job may still be stopping.
+        with contextlib.suppress(WaitTimeoutError):
+            await caller.app.wait(job_id, max(0.0, deadline - loop.time()))
+        record = await caller.app.cancellation(job_id)
+        job = await caller.app.get(job_id)
+    errors: list[str] = []
+    if record is not None:
+        errors = list((record.result or {}).get("errors", [])) or (
+            [record.error] if record.error else []
+        )
+    return CancellationStatus(
+        job_id=job.id,
+        state=job.state,
+        display_state=job.display_state,
+        settled=record is not None and record.settled,
+        stopped=job.state is not JobState.RUNNING,
+        success=(record.status == "completed") if record is not None and record.settled else None,
+        errors=errors,
+        cancellation=CancellationRecordOut.of(record) if record is not None else None,
+    )
+
+
+def _done(settled: bool, job: Job) -> bool:
+    return settled and job.state is not JobState.RUNNING
+
+
+@router.post("/jobs/{job_id}/pause", response_model=JobOut, summary="Pause a job")
+async def pause_job(
+    job_id: JobIdPath,
+    caller: Annotated[Caller, Depends(require("job.pause", WRITERS))],
+    body: Annotated[PauseIn | None, Body()] = None,
+) -> JobOut:
+    async with caller.attempt(_target(job_id), mutation=True):
+        await caller.job(job_id)
+        job = await caller.app.pause(
+            job_id, reason=body.reason if body else None, actor=caller.principal.name
+        )
+    return JobOut.of(job)
+
+
+@router.post("/jobs/{job_id}/resume", response_model=JobOut, summary="Resume a paused job")
+async def resume_job(
+    job_id: JobIdPath,
+    caller: Annotated[Caller, Depends(require("job.resume", WRITERS))],
+    body: Annotated[ResumeIn | None, Body()] = None,
+) -> JobOut:
+    async with caller.attempt(_target(job_id), mutation=True):
+        await caller.job(job_id)
+        job = await caller.app.resume(
+            job_id, budget=body.budget if body else None, actor=caller.principal.name
+        )
+    return JobOut.of(job)
+
+
+@router.post("/jobs/{job_id}/retry", response_model=JobOut, summary="Retry a failed job")
+async def retry_job(
+    job_id: JobIdPath,
+    caller: Annotated[Caller, Depends(require("job.retry", WRITERS))],
+) -> JobOut:
+    async with caller.attempt(_target(job_id), mutation=True):
+        await caller.job(job_id)
+        job = await caller.app.retry(job_id, actor=caller.principal.name)
+    return JobOut.of(job)
+
+
+@router.delete(
+    "/jobs/{job_id}",
+    response_model=Deleted,
+    summary="Delete a job",
+    description="Its active children are cancelled first; children that ended are kept.",
+)
+async def delete_job(
+    job_id: JobIdPath,
+    caller: Annotated[Caller, Depends(require("job.delete", WRITERS))],
+) -> Deleted:
+    async with caller.attempt(_target(job_id), mutation=True):
+        await caller.job(job_id)
+        children = await caller.app.delete(job_id, actor=caller.principal.name)
+    return Deleted(deleted=job_id, children_cancelled=[c.id for c in children])
