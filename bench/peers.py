@@ -56,6 +56,8 @@ PGQ_BATCH_SIZE = 10
 PGQ_DRIVER: PgqDriverName = "asyncpg"
 PROCRASTINATE_CONCURRENCY = 10
 HUEY_WORKERS = 4
+#: How long ``fresh_database`` keeps trying to drop its database while the server is down.
+DROP_PATIENCE = 60.0
 
 # Enqueue in chunks so one INSERT never carries an unbounded parameter array.
 _ENQUEUE_CHUNK = 10_000
@@ -523,14 +525,23 @@ def fresh_database(admin_dsn: str, prefix: str = "bench_peer") -> Iterator[str]:
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
     try:
         yield _with_dbname(admin_dsn, name)
     finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            # FORCE: a peer that failed mid-run may still hold a connection.
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        # The server may be restarting (other people's fault tests restart it): keep
+        # trying for a while rather than leave the database behind.
+        deadline = time.monotonic() + DROP_PATIENCE
+        while True:
+            try:
+                with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+                    # FORCE: a peer that failed mid-run may still hold a connection.
+                    conn.execute(drop)
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
 
 def _with_dbname(dsn: str, dbname: str) -> str:

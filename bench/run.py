@@ -15,6 +15,12 @@ a PASS/MISS summary against the targets, and writes ``bench/RESULTS.md``:
 3. **Recovery time** after ``kill -9`` of a worker process holding a running job: until
    the job runs again on a second, in-process worker.
 4. **Memory**: resident set size of one worker process running 1,000 sleeping async jobs.
+5. **Cancellation per executor** (``bench/cancel_executors.py``): async, thread and process
+   handlers that stop cooperatively, on both stores: from just before the cancel request
+   until the handler sees it, and until ``app.wait_cancelled()`` returns.
+6. **Workflow cascades** (``bench/graphs.py``), on both stores: how long
+   ``app.cancel(root)`` takes on a graph of 10,000 dependent jobs, and how long releasing
+   1,000 blocked dependents takes when their dependency succeeds.
 
 Run ``python bench/run.py --quick`` for a fast check (it writes no RESULTS.md unless
 ``--output`` is given); ``--help`` lists the options.
@@ -45,6 +51,8 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+import cancel_executors
+import graphs
 import peers
 import workerapp
 from tether import App, JobContext, JobState, WorkerConfig
@@ -72,6 +80,11 @@ MEMORY_SLEEP = 60.0
 #: The memory benchmark's worker gets this long to stop gracefully on SIGTERM; its
 #: sleeping jobs are then released back to ``queued``.
 MEMORY_STOP_TIMEOUT = 2.0
+#: ``app.cancel()``/``wait_cancelled()`` timeout in the per-executor cancel benchmark.
+EXEC_CANCEL_TIMEOUT = 30.0
+#: The release benchmark's timeout for the upstream job to run and finish.
+RELEASE_TIMEOUT = 60.0
+EXEC_CONFIG = cancel_executors.CONFIG
 
 TARGET_PGQ_RATIO = 1.5
 TARGET_HUEY_RATIO = 2.0
@@ -100,8 +113,23 @@ class Plan:
     xproc_samples: int = 20
     recovery_rounds: int = 10
     memory_jobs: int = 1_000
+    #: Per-executor cancel samples per store (async and thread; process, which starts a
+    #: process per job).
+    exec_samples: int = 40
+    exec_process_samples: int = 15
+    #: The cascade graph: root -> ``cascade_children`` -> ``cascade_fanout`` each.
+    cascade_children: int = 99
+    cascade_fanout: int = 100
+    cascade_rounds: int = 1
+    release_dependents: int = 1_000
+    release_rounds: int = 5
     #: Also drain with the default WorkerConfig (in the first round only: it is slow).
     default_config: bool = True
+
+    @property
+    def cascade_jobs(self) -> int:
+        """Jobs in one cascade graph, the root included."""
+        return 1 + self.cascade_children * (1 + self.cascade_fanout)
 
     @classmethod
     def quick(cls) -> Plan:
@@ -114,6 +142,13 @@ class Plan:
             xproc_samples=5,
             recovery_rounds=3,
             memory_jobs=1_000,
+            exec_samples=10,
+            exec_process_samples=3,
+            cascade_children=9,
+            cascade_fanout=110,
+            cascade_rounds=1,
+            release_dependents=1_000,
+            release_rounds=2,
             default_config=False,
         )
 
@@ -129,6 +164,10 @@ class Results:
     cancel_call: dict[str, list[float]] = field(default_factory=dict)
     recovery: dict[str, list[float]] = field(default_factory=dict)
     memory: dict[str, MemoryRun] = field(default_factory=dict)
+    #: Per-executor cancellation, by :func:`exec_key` ("tether-pg async executor", ...).
+    exec_cancel: dict[str, cancel_executors.ExecutorLatencies] = field(default_factory=dict)
+    cascade: dict[str, list[graphs.CascadeRun]] = field(default_factory=dict)
+    release: dict[str, list[graphs.ReleaseRun]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     #: Things worth knowing about this run (retries), for the report.
     notes: list[str] = field(default_factory=list)
@@ -823,6 +862,128 @@ def measure_memory(plan: Plan, admin_dsn: str | None, results: Results) -> None:
         )
 
 
+# -- cancellation per executor ---------------------------------------------------------
+
+STORES = ("tether-pg", "tether-sqlite")
+
+
+def _stores(admin_dsn: str | None) -> list[str]:
+    return [s for s in STORES if s != "tether-pg" or admin_dsn is not None]
+
+
+@contextlib.contextmanager
+def tether_database(admin_dsn: str | None, store: str, prefix: str) -> Iterator[tuple[str, Path]]:
+    """A fresh database for ``store`` (``tether-pg`` or ``tether-sqlite``): its URL, and
+    a temporary directory that lives as long as it."""
+    with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+        if store == "tether-pg":
+            assert admin_dsn is not None
+            with peers.fresh_database(admin_dsn, prefix) as url:
+                yield url, Path(tmp)
+        else:
+            yield f"sqlite:///{tmp}/tether.db", Path(tmp)
+
+
+def exec_key(store: str, executor: str) -> str:
+    """The results key of one store's and executor's cancellation samples."""
+    return f"{store} {executor} executor"
+
+
+def _exec_block(
+    admin_dsn: str | None, store: str, executor: str, n: int
+) -> cancel_executors.ExecutorLatencies:
+    with tether_database(admin_dsn, store, "bench_tether_xcancel") as (url, tmp):
+        return asyncio.run(
+            cancel_executors.measure(url, executor, n, tmp, CANCEL_SETTLE, EXEC_CANCEL_TIMEOUT)
+        )
+
+
+def measure_executor_cancellation(plan: Plan, admin_dsn: str | None, results: Results) -> None:
+    """Per-executor samples in ``plan.repeat`` blocks; each block runs every store and
+    executor once (a fresh database each), so the figures are taken interleaved."""
+    sizes = {
+        ex: plan.exec_process_samples if ex == "process" else plan.exec_samples
+        for ex in cancel_executors.EXECUTORS
+    }
+    blocks = {ex: list(_chunks(n, math.ceil(n / plan.repeat))) for ex, n in sizes.items()}
+    for b in range(max(len(v) for v in blocks.values())):
+        for store in _stores(admin_dsn):
+            for ex in cancel_executors.EXECUTORS:
+                key = exec_key(store, ex)
+                if b >= len(blocks[ex]) or key in results.errors:
+                    continue
+                got = attempt(
+                    results,
+                    key,
+                    admin_dsn,
+                    partial(_exec_block, admin_dsn, store, ex, blocks[ex][b]),
+                )
+                if got is None:
+                    continue
+                acc = results.exec_cancel.setdefault(key, cancel_executors.ExecutorLatencies())
+                acc.observed += got.observed
+                acc.settled += got.settled
+                acc.call += got.call
+                print(
+                    f"  {store:<14} {ex:<8} n={len(got.observed):<3} handler "
+                    f"p50={_ms(statistics.median(got.observed))} "
+                    f"max={_ms(max(got.observed))}; wait_cancelled "
+                    f"p50={_ms(statistics.median(got.settled))} max={_ms(max(got.settled))}",
+                    flush=True,
+                )
+
+
+# -- workflow cascades -----------------------------------------------------------------
+
+
+def _cascade_round(admin_dsn: str | None, store: str, plan: Plan) -> graphs.CascadeRun:
+    with tether_database(admin_dsn, store, "bench_tether_cascade") as (url, _):
+        return asyncio.run(graphs.cascade(url, plan.cascade_children, plan.cascade_fanout))
+
+
+def _release_round(admin_dsn: str | None, store: str, plan: Plan) -> graphs.ReleaseRun:
+    with tether_database(admin_dsn, store, "bench_tether_release") as (url, _):
+        return asyncio.run(graphs.release(url, plan.release_dependents, RELEASE_TIMEOUT))
+
+
+def measure_workflows(plan: Plan, admin_dsn: str | None, results: Results) -> None:
+    """Cascade rounds, then release rounds; each round runs every store (a fresh
+    database each), the order rotating by one each round."""
+    stores = _stores(admin_dsn)
+    for rnd in range(plan.cascade_rounds):
+        shift = rnd % len(stores)
+        for store in stores[shift:] + stores[:shift]:
+            key = f"cascade {store}"
+            if key in results.errors:
+                continue
+            run = attempt(results, key, admin_dsn, partial(_cascade_round, admin_dsn, store, plan))
+            if run is None:
+                continue
+            results.cascade.setdefault(store, []).append(run)
+            print(
+                f"  cascade {store:<14} {run.jobs} jobs: app.cancel(root) {_secs(run.cancel_s)}"
+                f" (store.request_cancel {_secs(run.transaction_s)}; enqueue, untimed: "
+                f"{_secs(run.enqueue_s)}); {run.cancelled} cancelled",
+                flush=True,
+            )
+    for rnd in range(plan.release_rounds):
+        shift = rnd % len(stores)
+        for store in stores[shift:] + stores[:shift]:
+            key = f"release {store}"
+            if key in results.errors:
+                continue
+            got = attempt(results, key, admin_dsn, partial(_release_round, admin_dsn, store, plan))
+            if got is None:
+                continue
+            results.release.setdefault(store, []).append(got)
+            print(
+                f"  release {store:<14} {got.dependents} dependents: finish() "
+                f"{_ms(got.finish_s)}, A returns -> released {_ms(got.end_to_end_s)} "
+                f"(plain finish() {_ms(got.baseline_finish_s)}); {got.queued} queued",
+                flush=True,
+            )
+
+
 # -- report ----------------------------------------------------------------------------
 
 
@@ -1052,13 +1213,165 @@ def _memory_table(results: Results, summary: list[Row]) -> list[Table]:
     ]
 
 
+def _exec_cancel_table(results: Results, summary: list[Row]) -> list[Table]:
+    rows: list[Row] = []
+    for store in STORES:
+        for ex in cancel_executors.EXECUTORS:
+            key = exec_key(store, ex)
+            lat = results.exec_cancel.get(key)
+            if lat is not None and lat.observed:
+                seen, settled = lat.observed, lat.settled
+                rows.append(
+                    (
+                        store,
+                        ex,
+                        str(len(seen)),
+                        _ms(statistics.median(seen)),
+                        _ms(percentile(seen, 99)),
+                        _ms(statistics.median(settled)),
+                        _ms(percentile(settled, 99)),
+                        _ms(max(settled)),
+                        _ms(statistics.median(lat.call)),
+                    )
+                )
+                summary.append(
+                    (
+                        f"cancel p99 {store} {ex} executor (handler / wait_cancelled)",
+                        f"{_ms(percentile(seen, 99))} / {_ms(percentile(settled, 99))}",
+                        "-",
+                        "n/a",
+                    )
+                )
+            elif key in results.errors:
+                rows.append((store, ex, "0", "ERROR", results.errors[key], "-", "-", "-", "-"))
+    if not rows:
+        return []
+    return [
+        Table(
+            "Cancellation latency per executor (cooperative handlers; request -> handler saw "
+            "it, and -> app.wait_cancelled() returned)",
+            (
+                "store",
+                "executor",
+                "samples",
+                "handler p50",
+                "handler p99",
+                "wait_cancelled p50",
+                "wait_cancelled p99",
+                "wait_cancelled max",
+                "app.cancel() returned p50",
+            ),
+            rows,
+        )
+    ]
+
+
+def _workflow_tables(results: Results, plan: Plan, summary: list[Row]) -> list[Table]:
+    tables: list[Table] = []
+    rows: list[Row] = []
+    for store in STORES:
+        runs = results.cascade.get(store)
+        if runs:
+            times = [r.cancel_s for r in runs]
+            med = statistics.median(times)
+            rows.append(
+                (
+                    store,
+                    str(runs[0].jobs),
+                    str(len(runs)),
+                    _secs(med),
+                    ", ".join(_secs(t) for t in times),
+                    _secs(statistics.median([r.transaction_s for r in runs])),
+                    f"{min(r.cancelled for r in runs)}/{runs[0].jobs} cancelled, record "
+                    + "/".join(sorted({r.status for r in runs})),
+                    _secs(statistics.median([r.enqueue_s for r in runs])),
+                )
+            )
+            summary.append(
+                (f"cascade cancel {store} ({runs[0].jobs} jobs)", _secs(med), "-", "n/a")
+            )
+        elif f"cascade {store}" in results.errors:
+            error = results.errors[f"cascade {store}"]
+            rows.append((store, "-", "0", "ERROR", error, "-", "-", "-"))
+    if rows:
+        tables.append(
+            Table(
+                f"Cancel a workflow of {plan.cascade_jobs} jobs (root -> {plan.cascade_children}"
+                f" -> {plan.cascade_fanout} each): app.cancel(root, wait={graphs.CASCADE_WAIT:g})",
+                (
+                    "store",
+                    "jobs",
+                    "rounds",
+                    "median",
+                    "runs",
+                    "of which store.request_cancel",
+                    "verified",
+                    "enqueue (untimed)",
+                ),
+                rows,
+            )
+        )
+    rows = []
+    for store in STORES:
+        rel = results.release.get(store)
+        if rel:
+            fin = [r.finish_s for r in rel]
+            e2e = [r.end_to_end_s for r in rel]
+            rows.append(
+                (
+                    store,
+                    str(rel[0].dependents),
+                    str(len(rel)),
+                    _ms(statistics.median(fin)),
+                    _ms(max(fin)),
+                    _ms(statistics.median(e2e)),
+                    _ms(max(e2e)),
+                    _ms(statistics.median([r.baseline_finish_s for r in rel])),
+                    f"{min(r.queued for r in rel)}/{rel[0].dependents} queued",
+                )
+            )
+            summary.append(
+                (
+                    f"release {store} ({rel[0].dependents} dependents, A returns -> queued)",
+                    _ms(statistics.median(e2e)),
+                    "-",
+                    "n/a",
+                )
+            )
+        elif f"release {store}" in results.errors:
+            error = results.errors[f"release {store}"]
+            rows.append((store, "-", "0", "ERROR", error, "-", "-", "-", "-"))
+    if rows:
+        tables.append(
+            Table(
+                f"Release {plan.release_dependents} blocked dependents when their dependency "
+                "succeeds",
+                (
+                    "store",
+                    "dependents",
+                    "rounds",
+                    "finish() median",
+                    "finish() max",
+                    "A returns -> queued median",
+                    "A returns -> queued max",
+                    "plain finish() median",
+                    "verified",
+                ),
+                rows,
+            )
+        )
+    return tables
+
+
 def build_tables(results: Results, drainers: list[Drainer], plan: Plan) -> list[Table]:
     """The report's tables, from the measurements; the summary comes last."""
     summary: list[Row] = []
     tables = _drain_tables(results, drainers, plan, summary) if drainers else []
     tables += _cancel_table(results, summary)
+    tables += _exec_cancel_table(results, summary)
     tables += _recovery_table(results, summary)
     tables += _memory_table(results, summary)
+    tables += _workflow_tables(results, plan, summary)
     tables.append(Table("Summary", ("figure", "value", "target", "status"), summary))
     return tables
 
@@ -1112,7 +1425,10 @@ def render_markdown(
         f"| plan | {plan.jobs} jobs per drain (Procrastinate {plan.procrastinate_jobs}), "
         f"{plan.repeat} round(s); {plan.cancel_samples} in-process and {plan.xproc_samples} "
         f"cross-process cancel samples; {plan.recovery_rounds} recovery rounds; "
-        f"{plan.memory_jobs} jobs for memory |"
+        f"{plan.memory_jobs} jobs for memory; {plan.exec_samples} per-executor cancel samples "
+        f"per store (process {plan.exec_process_samples}); a {plan.cascade_jobs}-job cascade "
+        f"x {plan.cascade_rounds}; {plan.release_dependents} dependents released x "
+        f"{plan.release_rounds} |"
     )
     for t in tables:
         lines += ["", f"## {t.title}", ""]
@@ -1177,6 +1493,55 @@ METHOD = f"""
   once `app.stats()` shows all N running (+0.5 s), beside the idle RSS before the jobs
   were enqueued and the peak (VmHWM). Then SIGTERM: the jobs outlive `stop_timeout` and
   must all be released to `queued`.
+- **Cancellation per executor** (`bench/cancel_executors.py`): a worker in the benchmark
+  process (same App as the caller) with `WorkerConfig(concurrency={EXEC_CONFIG.concurrency},
+  cancel_grace={EXEC_CONFIG.cancel_grace:g}, cancel_timeout={EXEC_CONFIG.cancel_timeout:g},
+  kill_timeout={EXEC_CONFIG.kill_timeout:g})`, other settings default (heartbeat every
+  {EXEC_CONFIG.heartbeat_interval:g} s: in-process the request arrives by NOTIFY or by the SQLite
+  store's hint and wakes it at once). The handlers stop cooperatively well within those
+  bounds, which only keep a misbehaving sample from stalling the run. One job at a time:
+  *async* awaits `ctx.cancelled.wait()`; *thread* loops on
+  `ctx.cancelled.wait_sync({cancel_executors.THREAD_WAIT:g})` (it returns as soon as the signal
+  is set); *process* is a module-level `def` in a child process that loops on
+  `ctx.check_cancelled()` with {cancel_executors.PROCESS_POLL * 1000:g} ms sleeps (the worker
+  sends SIGTERM, whose handler sets the flag, so the reading lags it by at most one
+  sleep) and writes its `perf_counter` readings to mark files (one `CLOCK_MONOTONIC` for
+  all processes). Each handler then raises `Cancelled`. {CANCEL_SETTLE * 1000:.0f} ms after the
+  handler started, the clock starts just before `app.cancel(id, wait={EXEC_CANCEL_TIMEOUT:g})`
+  is started as a task; once it has sent its first query,
+  `app.wait_cancelled(id, {EXEC_CANCEL_TIMEOUT:g})` runs beside it. *Handler*: until the
+  handler's reading when it saw the request. *wait_cancelled*: until that call returned
+  (the job stopped, the worker recorded it, and the cancellation record settled); the
+  last column is when `app.cancel()` itself returned. `cancel(wait=0)` followed by
+  `wait_cancelled` is not used: with the job still running, `wait=0` settles the record
+  at once as `partial` ("still running after 0s"), it stays so after the job ends
+  `cancelled`, and `wait_cancelled` returns `(False, ...)` at once. Every job must end
+  `cancelled` with a `completed` record. A process job settles only once its child has
+  exited (interpreter teardown, some 30 ms). Samples are taken in blocks that interleave
+  stores and executors, a fresh database per block. p99 is nearest-rank (with 20 or fewer
+  samples, the max).
+- **Workflow cascade** (`bench/graphs.py`): a root job, N jobs depending on it and M
+  depending on each of those (the table's title gives N and M), enqueued with
+  `app.enqueue_workflow` in one transaction (untimed; PostgreSQL inserts linked jobs one
+  by one, hence its long enqueue). No worker runs: the root is `queued`, the rest
+  `blocked`. Timed: `app.cancel(root, wait={graphs.CASCADE_WAIT:g})`, which cancels the root
+  and, in the same transaction, everything downstream, then writes the cancellation
+  record (it reads each target's state and artifacts). The store's `request_cancel`,
+  that one transaction, is also timed on its own (the method wrapped on the App's store
+  instance); the rest is the cancellation service's reads and record. Every job must then be
+  `cancelled` (`app.stats()` on a fresh database) and the record `completed`.
+- **Release**: a job A and N jobs that each depend on A alone
+  (`app.enqueue_many(..., depends_on=(A,))`, one transaction, untimed), on a queue no
+  worker serves so that they stay `queued`. A worker in the benchmark process (A's queue
+  only) runs A, whose handler reads `perf_counter` just before it returns. The store's
+  `finish()` method is wrapped on that App's store instance to time each call: the
+  worker records A's success in one transaction, in which the dependents are queued
+  (PostgreSQL's statement trigger; the SQLite store's `_propagate`), so they are all
+  `queued` once it returns. *finish()*: that call alone; *A returns -> queued*: from A's
+  reading to the call's return (the handler settling, the completer's wake-up, the
+  write). *Plain finish()*: the same for a job without dependents, run right after A.
+  The N must then be `queued` and A `succeeded`. A fresh database per round; rounds
+  alternate the stores.
 """
 
 
@@ -1190,6 +1555,10 @@ def check_postgres(dsn: str) -> str | None:
     except psycopg.Error as exc:
         print(f"PostgreSQL unreachable at {dsn}: {exc}; measuring SQLite and Huey only")
         return None
+
+
+#: The ``--only`` choices, in the order they run.
+SECTIONS = ["drain", "cancel", "cancel-executors", "recovery", "memory", "workflows"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1206,7 +1575,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["drain", "cancel", "recovery", "memory"],
+        choices=SECTIONS,
         action="append",
         help="run only these sections (repeatable)",
     )
@@ -1233,7 +1602,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(plan.repeat, plan.jobs, plan.procrastinate_jobs) < 1:
         parser.error("--repeat, --jobs and --procrastinate-jobs must be at least 1")
     output = args.output if args.output is not None else (None if args.quick else RESULTS_PATH)
-    sections = set(args.only or ["drain", "cancel", "recovery", "memory"])
+    sections = set(args.only or SECTIONS)
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     admin_dsn = check_postgres(args.dsn)
@@ -1252,12 +1621,26 @@ def main(argv: list[str] | None = None) -> int:
     if "cancel" in sections:
         print(f"\nCancellation latency: {plan.cancel_samples} in-process samples", flush=True)
         measure_cancellation(plan, admin_dsn, results)
+    if "cancel-executors" in sections:
+        print(
+            f"\nCancellation per executor: {plan.exec_samples} samples per store "
+            f"(process {plan.exec_process_samples})",
+            flush=True,
+        )
+        measure_executor_cancellation(plan, admin_dsn, results)
     if "recovery" in sections:
         print(f"\nRecovery after kill -9: {plan.recovery_rounds} rounds per store", flush=True)
         measure_recovery(plan, admin_dsn, results)
     if "memory" in sections:
         print(f"\nMemory: {plan.memory_jobs} sleeping jobs in one worker process", flush=True)
         measure_memory(plan, admin_dsn, results)
+    if "workflows" in sections:
+        print(
+            f"\nWorkflows: cancel a {plan.cascade_jobs}-job graph x {plan.cascade_rounds}, "
+            f"release {plan.release_dependents} dependents x {plan.release_rounds}",
+            flush=True,
+        )
+        measure_workflows(plan, admin_dsn, results)
     elapsed = time.perf_counter() - started
     info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 

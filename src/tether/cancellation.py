@@ -19,11 +19,12 @@ from typing import Any, Literal
 from tether import hints as h
 from tether import metrics
 from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError
-from tether.job import CancellationRow, Job
+from tether.job import CancellationRow, Job, JobFilter
 from tether.states import JobState
 from tether.store import Store
 
 FINAL = frozenset({"completed", "partial", "failed"})
+READ_CHUNK = 1000
 LIVE = frozenset(
     {JobState.QUEUED, JobState.BLOCKED, JobState.RUNNING, JobState.RETRYING, JobState.PAUSED}
 )
@@ -288,10 +289,12 @@ class CancellationService:
                 if had_runner
                 else set()
             )
+            # Only a job that ran can have saved artifacts.
             artifacts = [
                 f"{a.job_id}/{a.name}"
-                for target in targets
-                for a in await self.store.list_artifacts(target)
+                for target in final
+                if target.started_at is not None
+                for a in await self.store.list_artifacts(target.id)
             ]
             await progress(
                 CancellationStep(
@@ -365,11 +368,19 @@ class CancellationService:
         deadline = loop.time() + timeout
         with self.store.hints.subscribe(h.CHANGED, [str(i) for i in ids]) as sub:
             while True:
-                jobs = [j for i in ids if (j := await self.store.get(i)) is not None]
+                jobs = await self._read(ids)
                 left = deadline - loop.time()
                 if left <= 0 or all(j.state is not JobState.RUNNING for j in jobs):
                     return jobs
                 await sub.get(min(self._poll, left))
+
+    async def _read(self, ids: list[int]) -> list[Job]:
+        """The jobs with these ids, in a few queries however many there are."""
+        jobs: list[Job] = []
+        for i in range(0, len(ids), READ_CHUNK):
+            part = tuple(ids[i : i + READ_CHUNK])
+            jobs += await self.store.list_jobs(JobFilter(ids=part, limit=len(part)))
+        return sorted(jobs, key=lambda j: j.id)
 
     async def wait_settled(self, job_id: int, timeout: float) -> CancellationRecord | None:
         """The job's cancellation record once it has settled, or as it is at ``timeout``."""

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from tether import __version__
 from tether.app import App
-from tether.web import errors
+from tether.web import dashboard, errors
 from tether.web.guard import Guard
 from tether.web.routes import control, jobs, root, stream
 from tether.web.security import Api
@@ -66,5 +66,6 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
     api.include_router(control.router, prefix="/api")
     api.include_router(stream.router, prefix="/api")
     api.include_router(root.router)
+    dashboard.install(api)
     api.add_middleware(Guard, max_body_bytes=settings.max_body_bytes)
     return api

@@ -168,17 +168,31 @@ def require(action: str, roles: tuple[Role, ...]) -> Callable[..., Awaitable[Cal
                 f"{why}: send Authorization: Bearer <token>",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        _limit(api, f"token:{principal.name}")
-        caller = Caller(api, principal, action, request_id)
-        if principal.role not in roles:
-            await caller.record(request.url.path, "denied", f"role {principal.role}")
-            needs = " or ".join(r.value for r in roles)
-            raise ApiError(
-                403, "forbidden", f"{action} needs a {needs} token; this one is {principal.role}"
-            )
-        return caller
+        return await authorize(api, principal, action, roles, request_id, request.url.path)
 
     return dependency
+
+
+async def authorize(
+    api: Api,
+    principal: Principal,
+    action: str,
+    roles: tuple[Role, ...],
+    request_id: str | None,
+    path: str,
+) -> Caller:
+    """Rate-limit and authorize an authenticated ``principal`` for ``action``: the
+    :class:`Caller` for it, or a 403 (audited as ``denied``). The API's bearer tokens and
+    the dashboard's sessions both come through here."""
+    _limit(api, f"token:{principal.name}")
+    caller = Caller(api, principal, action, request_id)
+    if principal.role not in roles:
+        await caller.record(path, "denied", f"role {principal.role}")
+        needs = " or ".join(r.value for r in roles)
+        raise ApiError(
+            403, "forbidden", f"{action} needs a {needs} token; this one is {principal.role}"
+        )
+    return caller
 
 
 async def _authenticate(

@@ -119,48 +119,56 @@ $$;
 
 CREATE OR REPLACE FUNCTION tether_jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    bad record;
+    bad TEXT;
     deltas JSONB;
     changed BIGINT[];
     requeued BOOLEAN;
 BEGIN
-    SELECT o.id, o.state AS src, n.state AS dst INTO bad
-    FROM old_rows o JOIN new_rows n USING (id)
-    WHERE o.state <> n.state
-      AND NOT EXISTS (SELECT 1 FROM tether_transitions t
-                      WHERE t.from_state = o.state AND t.to_state = n.state)
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'tether: illegal transition % -> % for job %', bad.src, bad.dst, bad.id
-            USING ERRCODE = 'check_violation';
-    END IF;
-    INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
-    SELECT n.id, o.state, n.state, n.worker_id, n.actor, n.reason
-    FROM old_rows o JOIN new_rows n USING (id)
-    WHERE o.state <> n.state
-    ORDER BY n.id;
-    SELECT jsonb_object_agg(name, jsonb_build_array(used, held)) INTO deltas
-    FROM (
-        SELECT name, sum(used)::int AS used, sum(held)::int AS held FROM (
-            SELECT unnest(n.limits) AS name,
-                   (n.state = 'running')::int - (o.state = 'running')::int AS used,
-                   (n.state IN ('paused', 'failed'))::int
-                       - (o.state IN ('paused', 'failed'))::int AS held
+    -- One join of the transition tables, run through EXECUTE so that it is planned for
+    -- this statement's row count: a plan cached from a one-row statement would be a
+    -- nested loop, quadratic for a cascade that changes thousands of jobs.
+    EXECUTE $q$
+        WITH pairs AS MATERIALIZED (
+            SELECT n.id, o.state AS src, n.state AS dst, n.worker_id, n.actor, n.reason,
+                   n.limits
             FROM old_rows o JOIN new_rows n USING (id)
-            WHERE n.limits IS NOT NULL AND o.state <> n.state
-        ) AS per_job
-        GROUP BY name
-        HAVING sum(used) <> 0 OR sum(held) <> 0
-    ) AS per_limit;
+            WHERE o.state <> n.state
+        ), bad AS (
+            SELECT format('%s -> %s for job %s', src, dst, id) AS what FROM pairs p
+            WHERE NOT EXISTS (SELECT 1 FROM tether_transitions t
+                              WHERE t.from_state = p.src AND t.to_state = p.dst)
+            LIMIT 1
+        ), events AS (
+            INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
+            SELECT id, src, dst, worker_id, actor, reason FROM pairs
+            WHERE NOT EXISTS (SELECT 1 FROM bad)
+            ORDER BY id
+            RETURNING 1
+        ), per_limit AS (
+            SELECT name, sum(used)::int AS used, sum(held)::int AS held FROM (
+                SELECT unnest(limits) AS name,
+                       (dst = 'running')::int - (src = 'running')::int AS used,
+                       (dst IN ('paused', 'failed'))::int
+                           - (src IN ('paused', 'failed'))::int AS held
+                FROM pairs WHERE limits IS NOT NULL
+            ) AS per_job
+            GROUP BY name
+            HAVING sum(used) <> 0 OR sum(held) <> 0
+        )
+        SELECT (SELECT what FROM bad),
+               (SELECT jsonb_object_agg(name, jsonb_build_array(used, held)) FROM per_limit),
+               (SELECT array_agg(id ORDER BY id) FROM pairs WHERE dst <> 'running'),
+               (SELECT bool_or(dst IN ('queued', 'retrying')) FROM pairs),
+               (SELECT count(*) FROM events)
+    $q$ INTO bad, deltas, changed, requeued;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'tether: illegal transition %', bad USING ERRCODE = 'check_violation';
+    END IF;
     IF deltas IS NOT NULL THEN
         PERFORM tether_limits_apply(deltas);
     END IF;
     -- Transitions other than claims: wake waiters (ids only), and workers when work
     -- became claimable; then follow the workflow edges.
-    SELECT array_agg(n.id ORDER BY n.id), bool_or(n.state IN ('queued', 'retrying'))
-    INTO changed, requeued
-    FROM old_rows o JOIN new_rows n USING (id)
-    WHERE o.state <> n.state AND n.state <> 'running';
     IF changed IS NOT NULL THEN
         PERFORM pg_notify('tether_changed', string_agg(id::text, ','))
         FROM (SELECT id, (row_number() OVER () - 1) / 300 AS chunk
