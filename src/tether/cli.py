@@ -1062,10 +1062,23 @@ def demo(
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", min=1, help="Jobs each worker runs at once.")
     ] = 3,
+    port: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve the API and dashboard on 127.0.0.1 here (a free port if taken).",
+        ),
+    ] = 8000,
+    web: Annotated[
+        bool, typer.Option("--web/--no-web", help="Serve the API and dashboard.")
+    ] = True,
 ) -> None:
     """Watch a crawl → chunk → embed → upsert pipeline run live, with retries and a cancel.
 
-    Ctrl-C stops it gracefully: running jobs are released with their checkpoints.
+    It also serves the API and dashboard on 127.0.0.1 and prints their URL and a fresh
+    admin token (it opens nothing by itself). Ctrl-C stops it gracefully: running jobs
+    are released with their checkpoints.
     """
     from tether import demo as demo_mod
 
@@ -1075,6 +1088,7 @@ def demo(
         workers=n_workers,
         concurrency=concurrency,
         console=out,
+        port=port if web else None,
     )
     raise typer.Exit(code)
 
@@ -1187,7 +1201,8 @@ def serve(
     app_ref: AppOpt = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Run the REST API, live events, /metrics and /health under uvicorn.
+    """Run the REST API, the dashboard (at /), live events, /metrics and /health under
+    uvicorn.
 
     Requests need a token from `tether token create`. While no token exists, it refuses
     to listen on anything but a loopback address, and on loopback every request acts as

@@ -27,9 +27,10 @@ import contextlib
 import logging
 import random
 import signal
+import socket
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -45,11 +46,14 @@ from tether.app import App
 from tether.cancellation import CancellationResult
 from tether.config import RetryPolicy, WorkerConfig
 from tether.context import JobContext, SyncJobContext
-from tether.errors import StoreError
+from tether.errors import StoreError, WaitForChildren
 from tether.job import JSON, Job
 from tether.store import create_store
 from tether.worker import Worker
+from tether.workflow import Workflow
 
+DEMO_PORT = 8000
+"""Where the demo serves the API and dashboard (on 127.0.0.1; a free port if taken)."""
 DEMO_DATABASE_URL = "sqlite:///.tether/demo.db"
 """Relative to the current directory; ``tether demo`` recreates it on every run."""
 
@@ -166,6 +170,34 @@ async def upsert(ctx: JobContext, url: str, vectors: int) -> dict[str, JSON]:
     return {"indexed": vectors}
 
 
+@app.task(name="summarize", retry=DEMO_RETRY)
+async def summarize(ctx: JobContext, section: str, steps: int = 6) -> dict[str, JSON]:
+    """A child of ``digest``: summarize one section, checkpointing each step."""
+    state: dict[str, int] = ctx.checkpoint or {"step": 0}
+    for step in range(state["step"], steps):
+        ctx.check_cancelled()
+        await asyncio.sleep(random.uniform(0.3, 0.6))
+        await ctx.save_checkpoint({"step": step + 1})
+        ctx.set_progress(step + 1, steps)
+    return {"section": section, "sentences": 3 + zlib.crc32(section.encode()) % 5}
+
+
+@app.task(name="digest", retry=DEMO_RETRY)
+async def digest(ctx: JobContext, sections: list[str]) -> dict[str, JSON]:
+    """A parent: spawn a summary per section, wait for them without holding a worker,
+    then add them up. It depends on two crawls (a workflow)."""
+    if ctx.phase is None:
+        for section in sections:
+            await ctx.spawn(summarize, section=section)
+        raise WaitForChildren("combine")
+    kids = await ctx.children()
+    done = [k for k in kids if k.state.value == "succeeded"]
+    return {
+        "sections": len(done),
+        "sentences": sum(int((k.result or {}).get("sentences", 0)) for k in done),
+    }
+
+
 # -- the live view -----------------------------------------------------------------------
 
 
@@ -200,6 +232,9 @@ class DemoRun:
     cancel_done: CancellationResult | None = None
     cancel_target: int | None = None
     cancel_seconds: float = 0.0
+    web_port: int | None = DEMO_PORT
+    web_url: str | None = None
+    web_token: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -230,11 +265,24 @@ class DemoRun:
             w = Worker(self.app, cfg)
             await w.start()
             self.workers.append(w)
+        web = await self.start_web() if self.web_port is not None else None
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
         log_handler = _NoteHandler(self)
         logging.getLogger("tether").addHandler(log_handler)
         try:
+            if self.web_url is not None:
+                self.console.print(
+                    Text.assemble(
+                        ("dashboard and API: ", "bold"),
+                        (self.web_url, "bold cyan"),
+                        "  (open it yourself; nothing opens on its own)\n",
+                        ("admin token: ", "bold"),
+                        (self.web_token or "", "bold yellow"),
+                        "  (paste it on the login page, or send it as Authorization: Bearer)",
+                    ),
+                    soft_wrap=True,
+                )
             if self.interactive:
                 with Live(
                     self.render(), console=self.console, refresh_per_second=8, transient=False
@@ -250,8 +298,31 @@ class DemoRun:
             logging.getLogger("tether").removeHandler(log_handler)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+            if web is not None:
+                await web.stop()
         self.print_summary()
         return 0
+
+    async def start_web(self) -> _WebServer | None:
+        """Serve the API and dashboard on 127.0.0.1 with a fresh admin token."""
+        from tether.audit import Audit
+        from tether.auth import Tokens
+
+        tokens = Tokens(self.app)
+        names = {t.name for t in await tokens.list() if t.revoked_at is None}
+        name = "demo-admin"
+        n = 1
+        while name in names:
+            n += 1
+            name = f"demo-admin-{n}"
+        self.web_token, _ = await tokens.create(name, "admin")
+        await Audit(self.app).record(
+            "demo", "token.create", f"token:{name}", "ok", detail="role admin"
+        )
+        server = _WebServer(self.app, _port(self.web_port or DEMO_PORT))
+        await server.start()
+        self.web_url = f"http://127.0.0.1:{server.port}/"
+        return server
 
     async def drive(self, refresh: Callable[[], None]) -> None:
         """Feed jobs and refresh the view until asked to stop; then stop the workers."""
@@ -307,6 +378,21 @@ class DemoRun:
             [(crawl, {"url": url, "pages": pages}) for url, pages in first]
         )
         self.note(f"enqueued {len(jobs)} crawls in one transaction", "bold")
+        flow = Workflow()
+        flow.add("blog", crawl, {"url": "https://example.org/weekly", "pages": 4})
+        flow.add("docs", crawl, {"url": "https://docs.example.org/weekly", "pages": 5})
+        flow.add(
+            "digest",
+            digest,
+            {"sections": ["news", "guides", "releases"]},
+            depends_on=["blog", "docs"],
+        )
+        made = await self.app.enqueue_workflow(flow)
+        self.note(
+            f"job {made['digest'].id}: a weekly digest waits on crawls {made['blog'].id} and "
+            f"{made['docs'].id}, then spawns a summary per section",
+            "bold",
+        )
         cancel_at = 10.0 if self.duration is None or self.duration >= 14 else self.duration / 2
         long_id = jobs[0].id
         pending = list(later)
@@ -448,6 +534,9 @@ class DemoRun:
         )
         if self.duration:
             header.append(f" / {self.duration:g}s", style="grey62")
+        if self.web_url:
+            header.append(f"\ndashboard {self.web_url}  admin token ", style="grey62")
+            header.append(self.web_token or "", style="yellow")
         header.append("  ")
         header.append(
             {
@@ -578,6 +667,66 @@ class DemoRun:
             )
 
 
+class _WebServer:
+    """uvicorn on the demo's own event loop, leaving its signals to the demo."""
+
+    def __init__(self, tether_app: App, port: int) -> None:
+        import uvicorn
+
+        from tether.web import ApiSettings, create_app
+
+        api = create_app(tether_app, ApiSettings())
+        # No lifespan: the demo's workers share the app's store, which the server's
+        # shutdown must not close.
+        config = uvicorn.Config(
+            api,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield  # the demo handles Ctrl-C itself
+
+        self.server = Server(config)
+        self.port = port
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Listen; returns once the server accepts connections."""
+        self.task = asyncio.create_task(self.server.serve(), name="tether-demo-web")
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()
+                raise RuntimeError("the dashboard did not start")
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        """Close the server (open event streams are cut)."""
+        self.server.should_exit = True
+        self.server.force_exit = True
+        if self.task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self.task, 5)
+
+
+def _port(wanted: int) -> int:
+    """``wanted`` if it is free on 127.0.0.1, else any free port."""
+    for port in (wanted, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found: int = sock.getsockname()[1]
+            return found
+    raise OSError("no free port on 127.0.0.1")
+
+
 class _NoteHandler(logging.Handler):
     """Shows tether's warnings (rescues, abandoned handlers) in the event log."""
 
@@ -652,6 +801,7 @@ def main(
     workers: int = 2,
     concurrency: int = 3,
     console: Console | None = None,
+    port: int | None = DEMO_PORT,
 ) -> int:
     """Run the demo; returns the process exit code.
 
@@ -671,6 +821,7 @@ def main(
         duration=duration,
         n_workers=workers,
         concurrency=concurrency,
+        web_port=port,
         interactive=console.is_terminal and not console.is_dumb_terminal,
     )
 

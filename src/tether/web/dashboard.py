@@ -15,18 +15,20 @@ the REST API.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import jinja2
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -39,11 +41,16 @@ from tether.web.models import MAX_ID, CancelIn, PauseIn, QueuePauseIn
 from tether.web.routes import control, jobs, stream
 from tether.web.security import ADMINS, ALL_ROLES, WRITERS, Api, Caller, authorize
 
-HERE = Path(__file__).parent
+log = logging.getLogger("tether.web")
+HERE = FilePath(__file__).parent
 COOKIE = "tether_session"
 LOGIN_COOKIE = "tether_login"
 SESSION_TTL = 12 * 3600.0
 MAX_SESSIONS = 1000
+CANCEL_WAIT = 30.0
+"""How long a cancel from the dashboard follows a running job (the server caps it too)."""
+ANSWER_WITHIN = 1.0
+"""How long a cancel waits before the page answers (the job shows "cancelling")."""
 BULK_CANCEL_MAX = 50
 """The most jobs one bulk cancel may name."""
 LISTED = 200
@@ -183,6 +190,8 @@ async def writer(request: Request, v: Annotated[Visitor, Depends(visitor)]) -> V
 
 
 Page = Annotated[Visitor, Depends(visitor)]
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+QueueName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
 Post = Annotated[Visitor, Depends(writer)]
 router = APIRouter(include_in_schema=False)
 
@@ -588,9 +597,30 @@ def _back(job_id: int) -> str:
     return f"/jobs/{job_id}"
 
 
+async def _cancel(
+    v: Visitor, caller: Caller, job_id: int, body: CancelIn, answer_within: float = ANSWER_WITHIN
+) -> None:
+    """The API's cancel. The page answers once it is done or after ``answer_within``
+    seconds; a running job's cancellation goes on in the background until the job stops,
+    so its record completes (and is audited) as the API's would."""
+    task = asyncio.create_task(jobs.cancel_job(job_id, caller, body), name=f"cancel-{job_id}")
+    pending: set[asyncio.Task[Any]] = v.request.app.state.dashboard_tasks
+    pending.add(task)
+    task.add_done_callback(lambda t: _settled(pending, t))
+    done, _ = await asyncio.wait({task}, timeout=answer_within)
+    if task in done:
+        task.result()
+
+
+def _settled(pending: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
+    pending.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("%s: %s", task.get_name(), task.exception())
+
+
 @router.post("/jobs/{job_id}/cancel")
 async def cancel(
-    job_id: int,
+    job_id: JobId,
     v: Post,
     reason: Annotated[str, Form(max_length=500)] = "",
     force: Annotated[str, Form()] = "",
@@ -601,15 +631,15 @@ async def cancel(
         reason=reason or "cancelled from the dashboard",
         force=bool(force),
         cascade=bool(cascade),
-        wait=0,
+        wait=CANCEL_WAIT,
     )
-    await act(v, f"cancel of job {job_id} requested", jobs.cancel_job(job_id, caller, body))
+    await act(v, f"cancel of job {job_id} requested", _cancel(v, caller, job_id, body))
     return redirect(_back(job_id))
 
 
 @router.post("/jobs/{job_id}/pause")
 async def pause(
-    job_id: int, v: Post, reason: Annotated[str, Form(max_length=500)] = ""
+    job_id: JobId, v: Post, reason: Annotated[str, Form(max_length=500)] = ""
 ) -> Response:
     caller = await v.caller("job.pause", WRITERS)
     body = PauseIn(reason=reason or "paused from the dashboard")
@@ -618,21 +648,21 @@ async def pause(
 
 
 @router.post("/jobs/{job_id}/resume")
-async def resume(job_id: int, v: Post) -> Response:
+async def resume(job_id: JobId, v: Post) -> Response:
     caller = await v.caller("job.resume", WRITERS)
     await act(v, f"job {job_id} resumed", jobs.resume_job(job_id, caller, None))
     return redirect(_back(job_id))
 
 
 @router.post("/jobs/{job_id}/retry")
-async def retry(job_id: int, v: Post) -> Response:
+async def retry(job_id: JobId, v: Post) -> Response:
     caller = await v.caller("job.retry", WRITERS)
     await act(v, f"job {job_id} queued again", jobs.retry_job(job_id, caller))
     return redirect(_back(job_id))
 
 
 @router.post("/jobs/{job_id}/delete")
-async def delete(job_id: int, v: Post, confirm: Annotated[str, Form()] = "") -> Response:
+async def delete(job_id: JobId, v: Post, confirm: Annotated[str, Form()] = "") -> Response:
     caller = await v.caller("job.delete", WRITERS)
     if confirm != "yes":
         v.flash("error", "tick the confirmation box to delete a job")
@@ -663,8 +693,8 @@ async def bulk_cancel(request: Request, v: Post) -> Response:
     done, failed = 0, []
     for job_id in ids:
         try:
-            body = CancelIn(reason=reason, wait=0)
-            await jobs.cancel_job(job_id, caller, body)
+            body = CancelIn(reason=reason, wait=CANCEL_WAIT)
+            await _cancel(v, caller, job_id, body, answer_within=0.2)
             done += 1
         except (ApiError, TetherError) as exc:
             failed.append(f"{job_id} ({classify(exc)[1]})")
@@ -676,7 +706,7 @@ async def bulk_cancel(request: Request, v: Post) -> Response:
 
 @router.post("/queues/{name}/pause")
 async def queue_pause(
-    name: str, v: Post, reason: Annotated[str, Form(max_length=500)] = ""
+    name: QueueName, v: Post, reason: Annotated[str, Form(max_length=500)] = ""
 ) -> Response:
     caller = await v.caller("queue.pause", ADMINS)
     body = QueuePauseIn(reason=reason or None)
@@ -685,7 +715,7 @@ async def queue_pause(
 
 
 @router.post("/queues/{name}/resume")
-async def queue_resume(name: str, v: Post) -> Response:
+async def queue_resume(name: QueueName, v: Post) -> Response:
     caller = await v.caller("queue.resume", ADMINS)
     await act(v, f"queue {name} resumed", control.resume_queue(name, caller))
     return redirect("/queues")
@@ -704,6 +734,7 @@ def _is_page(request: Request) -> bool:
 def install(api: Any) -> None:
     """Mount the dashboard on the FastAPI app ``api``."""
     api.state.dashboard_sessions = Sessions()
+    api.state.dashboard_tasks = set()
     api.include_router(router)
     api.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     previous = api.exception_handlers.get(ApiError)
