@@ -24,10 +24,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	# The fault-injection suite (tests/faults) is not yet stable enough to gate every
+	# change; `make faults` runs it.
+	$(PY) -m pytest -q --ignore=tests/faults
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py
+
+# The fault-injection suite. TETHER_FAULTS=full uses the issue's counts, restarts
+# PostgreSQL and writes tests/faults/REPORT.md; the default is the short profile.
+faults: $(STAMP)
+	$(PY) -m pytest tests/faults -q
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

@@ -63,6 +63,8 @@ class Run:
     timed_out: bool = False
     finishing: bool = False
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    # Loop time the claim that leased it was sent: its lease began no earlier.
+    leased_at: float = 0.0
 
 
 class Completer(Service):
@@ -121,11 +123,12 @@ class Heartbeater(Service):
         # A stalled or blackholed connection must not keep us waiting past the moment
         # we have to stop our jobs: another worker may take them once the leases end.
         timeout = max(1.0, w.config.heartbeat_interval)
-        if beats and self.fence_at > sent:
-            timeout = min(timeout, self.fence_at - sent)
-        elif beats:
-            # Past the fence point already (the last rounds failed fast or the pause
-            # between rounds crossed it): stop the jobs now, not after one more try.
+        first = min((self.fence_point(r) for r in runs), default=None)
+        if first is not None and first > sent:
+            timeout = min(timeout, first - sent)
+        elif first is not None:
+            # Past a fence point already (the last rounds failed fast or the pause
+            # between rounds crossed it): stop those jobs now, not after one more try.
             self._maybe_fence()
         # Not wait_for: it waits for the cancelled call to unwind, and the driver waits for
         # the server to acknowledge the cancel, which a partitioned server never does.
@@ -166,21 +169,31 @@ class Heartbeater(Service):
         config = self.worker.config
         return self.last_ok + config.lease_duration - config.self_fence_margin
 
+    def fence_point(self, run: Run) -> float:
+        """:attr:`fence_at` for one job: a job claimed after the last successful
+        heartbeat has a lease of its own, no older than the claim."""
+        return self.fence_at + max(0.0, run.leased_at - self.last_ok)
+
     def _maybe_fence(self) -> None:
         now = asyncio.get_running_loop().time()
         silent = now - self.last_ok
-        if now < self.fence_at - 0.01:  # a timer may fire a hair early
+        due = [
+            run
+            for run in self.worker.running.values()
+            # A timer may fire a hair early.
+            if not run.finishing and now >= self.fence_point(run) - 0.01
+        ]
+        if not due:
             return
         if not self.fenced:
             log.error(
-                "no heartbeat for %.1fs: stopping all %d jobs before their leases expire",
+                "no heartbeat for %.1fs: stopping %d job(s) before their leases expire",
                 silent,
-                len(self.worker.running),
+                len(due),
             )
         self.fenced = True
-        for run in list(self.worker.running.values()):
-            if not run.finishing:
-                self.worker.interrupt(run, "lease_lost")
+        for run in due:
+            self.worker.interrupt(run, "lease_lost")
 
 
 class Ramp:
@@ -261,12 +274,13 @@ class Claimer(Service):
                 limit = min(limit, allowed - self.claimed)
                 if limit <= 0:
                     return 0
+        sent = asyncio.get_running_loop().time()
         jobs = await w.store.claim(
             w.id, w.config.queues, w.task_names, limit, w.config.lease_duration
         )
         self.claimed += len(jobs)
         for job in jobs:
-            w.launch(job)
+            w.launch(job, leased_at=sent)
         if len(jobs) == limit and len(w.running) < w.config.concurrency and self.ramp is None:
             self.wake()  # there may be more waiting
         return len(jobs)
@@ -491,8 +505,8 @@ class Worker:
 
     # -- running jobs --------------------------------------------------------------------
 
-    def launch(self, job: Job) -> None:
-        """Run a claimed job."""
+    def launch(self, job: Job, *, leased_at: float | None = None) -> None:
+        """Run a claimed job (``leased_at``: loop time the claim was sent, default now)."""
         task = self.app.tasks[job.task]
         ctx = JobContext(
             job,
@@ -509,6 +523,7 @@ class Worker:
             threaded=task.executor == "thread",
         )
         run = Run(job, task, ctx)
+        run.leased_at = asyncio.get_running_loop().time() if leased_at is None else leased_at
         self.running[job.id] = run
         metrics.job_started(job)
         exec_task = asyncio.create_task(self._execute(run), name=f"tether-job-{job.id}")

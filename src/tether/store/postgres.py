@@ -303,6 +303,10 @@ class PostgresStore:
             name="tether",
             # Fail fast while the database is down: the callers' loops back off.
             timeout=5.0,
+            # The pool's reconnect delay doubles without a cap until it gives up (300 s
+            # by default), so after a long outage it would idle for minutes once the
+            # database is back. Giving up after 30 s lets the next request start afresh.
+            reconnect_timeout=30.0,
         )
         self._opened = False
         self._rows = RowReader(text_json=False, epoch_times=False)

@@ -1,0 +1,270 @@
+"""The fault suite's runner: profile selection, one database per scenario, the report.
+
+Profiles: ``--faults=short|full|off`` (with ``pytest tests/faults``) or
+``TETHER_FAULTS=short|full|off``; plain ``pytest`` runs the short profile. The full
+profile writes ``tests/faults/REPORT.md``; ``TETHER_FAULTS_REPORT=path`` writes the
+table of any run to ``path``.
+
+PostgreSQL is restarted only by the PostgreSQL-restart scenario, which the short
+profile runs only with ``TETHER_FAULTS_PG_RESTART=1`` (a restart breaks whoever else
+uses the cluster at that moment); the full profile always runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.faults import effects
+from tests.faults.checker import Verdict, check
+from tests.faults.faultapp import build_app
+from tests.faults.harness import Cluster, Db, History
+from tests.faults.profiles import PROFILES
+from tether import App, AppConfig
+
+HERE = Path(__file__).resolve().parent
+RESULTS: dict[str, dict[str, Any]] = {}
+TIMEOUTS = {"short": 150, "full": 1800}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--faults",
+        default=None,
+        choices=["short", "full", "off"],
+        help="fault-injection profile (default: $TETHER_FAULTS or short)",
+    )
+
+
+def profile_name(config: pytest.Config) -> str:
+    name = None
+    with contextlib.suppress(ValueError):
+        name = config.getoption("faults", default=None)
+    return str(name or os.environ.get("TETHER_FAULTS") or "short")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "faults: fault-injection scenario (tests/faults)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    name = profile_name(config)
+    for item in items:
+        if HERE not in Path(str(item.fspath)).parents:
+            continue
+        item.add_marker(pytest.mark.faults)
+        if name == "off":
+            item.add_marker(pytest.mark.skip(reason="TETHER_FAULTS=off"))
+        elif item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIMEOUTS.get(name, 1800)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not RESULTS:
+        return
+    name = profile_name(config)
+    table = render_report(name)
+    terminalreporter.write_sep("-", f"fault scenarios ({name} profile)")
+    terminalreporter.write_line(table)
+    target = os.environ.get("TETHER_FAULTS_REPORT")
+    if target or name == "full":
+        path = Path(target) if target else HERE / "REPORT.md"
+        path.write_text(table + "\n")
+        terminalreporter.write_line(f"report written to {path}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+LEGEND = """
+Figures:
+
+- `recovery_*`: from a SIGKILL until each job the victim held was leased again (its
+  next `running` transition); `rescue_*`: until the rescuer took it from the dead
+  worker. Percentiles are nearest-rank.
+- `stale_rejected`: fenced effect writes refused because their lease token was stale,
+  each counted in `fault_effect_log`; `effects_superseded`: effects of attempts that
+  died before completing, replaced by the completing attempt's (one effect per job).
+- `reruns`: executions beyond the first, over all jobs (crashes cost re-runs, never
+  a second completion).
+- zombie: `replayed_*` are the zombie's own heartbeat, completion and effect, sent
+  with its token while the new attempt runs; `wake_to_abandon` is from SIGCONT until
+  the zombie's attempt was told to stop (it fences itself before its first beat).
+- partition: `fence_margin` is how long before its lease ended each cut-off job was
+  stopped; `log_lines_during` counts the worker's log records during the partition;
+  `rejoin_s` is from healing until the worker claimed work again.
+- sigterm: `takeup` is from a long job's release until another worker started it
+  from its checkpoint; `claimed_after_signal` counts claims the victim made after
+  the signal.
+- cancel race: `answer_*` are app.cancel()'s outcomes (`illegal`: it raised because
+  the job had already succeeded); `disagreements` counts answers that contradict the
+  job's final state.
+"""
+
+
+def render_report(profile: str) -> str:
+    lines = [
+        f"# Fault-injection report ({profile} profile)",
+        "",
+        f"Run on {time.strftime('%Y-%m-%d %H:%M')} on this 2-core machine; times in seconds. "
+        "Every scenario ends with the invariant check (0 violations = all six hold).",
+        "",
+        "| scenario | result | time | figures |",
+        "|---|---|---|---|",
+    ]
+    for scen, res in RESULTS.items():
+        figures = ", ".join(
+            f"{k}={_fmt(v)}" for k, v in res["figures"].items() if k not in ("violations",)
+        )
+        lines.append(f"| {scen} | {res['result']} | {_fmt(res['seconds'])} | {figures} |")
+    return "\n".join(lines) + "\n" + LEGEND
+
+
+@dataclass
+class Scenario:
+    """One scenario's world: its database, workers, history and figures."""
+
+    name: str
+    url: str
+    run_dir: Path
+    history: History
+    cluster: Cluster
+    db: Db
+    app: App
+    params: dict[str, Any]
+    profile: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    supervisor: asyncio.Task[None] | None = None
+
+    @property
+    def sqlite(self) -> bool:
+        return self.url.startswith("sqlite")
+
+    async def enqueue(self, task: str, args: list[dict[str, Any]], **options: Any) -> list[int]:
+        """Enqueue in one transaction and record the acknowledged ids."""
+        sent = time.time()
+        jobs = await self.app.enqueue_many([(task, a) for a in args], **options)
+        ids = [j.id for j in jobs]
+        self.history.add("enqueued", task=task, ids=ids, sent=sent)
+        return ids
+
+    def supervise(self) -> None:
+        if self.supervisor is None:
+            self.supervisor = asyncio.create_task(self.cluster.supervise())
+
+    async def unsupervise(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.cancel()
+            with contextlib.suppress(BaseException):
+                await self.supervisor
+            self.supervisor = None
+
+    def check(self, *, must_succeed: set[int] | None = None) -> Verdict:
+        verdict = check(self.db, self.run_dir, self.history, must_succeed=must_succeed)
+        self.figures.update(verdict.figures)
+        return verdict
+
+    def assert_invariants(self, *, must_succeed: set[int] | None = None) -> Verdict:
+        verdict = self.check(must_succeed=must_succeed)
+        assert not verdict.violations, (
+            f"{len(verdict.violations)} invariant violation(s) in {self.run_dir}:\n"
+            + verdict.summary()
+        )
+        return verdict
+
+
+MakeScenario = Callable[..., Awaitable[Scenario]]
+
+
+@pytest.fixture
+def fault_profile(request: pytest.FixtureRequest) -> str:
+    return profile_name(request.config)
+
+
+@pytest.fixture
+async def scenario(
+    request: pytest.FixtureRequest, tmp_path: Path, fault_profile: str
+) -> AsyncIterator[MakeScenario]:
+    """``await scenario(name, store="postgres"|"sqlite", **worker config)``."""
+    made: list[Scenario] = []
+    dbs: list[tuple[str, str]] = []
+
+    async def make(
+        name: str, *, store: str = "postgres", params: str | None = None, **config: Any
+    ) -> Scenario:
+        run_dir = tmp_path / name
+        (run_dir / "exec").mkdir(parents=True)
+        if store == "sqlite":
+            url = f"sqlite:///{run_dir}/tether.db"
+        else:
+            admin = request.getfixturevalue("pg_admin_url")
+            db_name = f"fault_{name}_{secrets.token_hex(4)}"
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{db_name}"')  # type: ignore[arg-type]
+            dbs.append((admin, db_name))
+            url = admin.rsplit("/", 1)[0] + f"/{db_name}"
+        app = build_app(url)
+        app.config = AppConfig(wait_poll_interval=0.1)
+        await app.migrate()
+        db = Db(url)
+        db.execute_script(effects.SQLITE_SCHEMA if store == "sqlite" else effects.PG_SCHEMA)
+        history = History(run_dir / "history.jsonl")
+        cluster = Cluster(run_dir, url, history, config=config)
+        scen = Scenario(
+            name,
+            url,
+            run_dir,
+            history,
+            cluster,
+            db,
+            app,
+            PROFILES[fault_profile][params or name],
+            fault_profile,
+        )
+        made.append(scen)
+        return scen
+
+    yield make
+
+    for scen in made:
+        await scen.unsupervise()
+        scen.cluster.kill_all_now()
+        with contextlib.suppress(Exception):
+            await scen.app.close()
+        scen.history.save()
+        failed = getattr(request.node, "rep_call", None)
+        result = "pass" if failed is not None and failed.passed else "FAIL"
+        if failed is not None and failed.skipped:
+            result = "xfail" if hasattr(failed, "wasxfail") else "skip"
+        RESULTS[scen.name] = {
+            "result": result,
+            "seconds": time.monotonic() - scen.started,
+            "figures": scen.figures,
+        }
+    for admin, db_name in dbs:
+        with contextlib.suppress(psycopg.Error), psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep  # type: ignore[attr-defined]

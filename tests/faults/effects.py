@@ -1,0 +1,132 @@
+"""The jobs' side effect: a fenced write into the job's own database.
+
+``fault_effects`` holds at most one effect per job (its primary key): an attempt's
+effect replaces the previous attempt's, and only while that attempt's lease token is
+still current and the job still ``running``. Every try, accepted or rejected, is also
+appended to ``fault_effect_log``, which is how stale writes are counted.
+
+On PostgreSQL the check locks the job row ``FOR SHARE``, so a rescue or a claim cannot
+bump the token between the check and the write; on SQLite ``BEGIN IMMEDIATE`` holds the
+file's write lock for the same purpose.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from typing import Any
+
+PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fault_effects (
+    job_id      BIGINT PRIMARY KEY,
+    lease_token BIGINT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
+    writes      INTEGER NOT NULL DEFAULT 1,
+    at          DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fault_effect_log (
+    id          BIGSERIAL PRIMARY KEY,
+    job_id      BIGINT NOT NULL,
+    lease_token BIGINT NOT NULL,
+    pid         INTEGER NOT NULL,
+    accepted    BOOLEAN NOT NULL,
+    at          DOUBLE PRECISION NOT NULL
+);
+"""
+
+SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fault_effects (
+    job_id      INTEGER PRIMARY KEY,
+    lease_token INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
+    writes      INTEGER NOT NULL DEFAULT 1,
+    at          REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fault_effect_log (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id      INTEGER NOT NULL,
+    lease_token INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
+    accepted    INTEGER NOT NULL,
+    at          REAL NOT NULL
+);
+"""
+
+# One statement: lock the job row if the lease is current, upsert the effect, log the try.
+PG_EFFECT = """
+WITH ok AS (
+    SELECT id FROM tether_jobs
+    WHERE id = %(job)s AND lease_token = %(token)s AND state = 'running'
+    FOR SHARE
+), eff AS (
+    INSERT INTO fault_effects (job_id, lease_token, attempt, pid, at)
+    SELECT %(job)s, %(token)s, %(attempt)s, %(pid)s,
+           extract(epoch FROM clock_timestamp()) FROM ok
+    ON CONFLICT (job_id) DO UPDATE SET lease_token = excluded.lease_token,
+        attempt = excluded.attempt, pid = excluded.pid, at = excluded.at,
+        writes = fault_effects.writes + 1
+    RETURNING job_id
+)
+INSERT INTO fault_effect_log (job_id, lease_token, pid, accepted, at)
+SELECT %(job)s, %(token)s, %(pid)s, EXISTS (SELECT 1 FROM eff),
+       extract(epoch FROM clock_timestamp())
+RETURNING accepted
+"""
+
+
+def sqlite_path(url: str) -> str:
+    return url.removeprefix("sqlite:///")
+
+
+_local = threading.local()
+
+
+def sqlite_effect(path: str, job: int, token: int, attempt: int, pid: int) -> bool:
+    """The fenced effect on SQLite (blocking: run it in a thread)."""
+    conn: sqlite3.Connection | None = getattr(_local, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=30000")
+        _local.conn = conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        ok = (
+            conn.execute(
+                "SELECT 1 FROM tether_jobs WHERE id = ? AND lease_token = ? AND state = 'running'",
+                (job, token),
+            ).fetchone()
+            is not None
+        )
+        now = time.time()
+        if ok:
+            conn.execute(
+                "INSERT INTO fault_effects (job_id, lease_token, attempt, pid, at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET "
+                "lease_token = excluded.lease_token, attempt = excluded.attempt, "
+                "pid = excluded.pid, at = excluded.at, writes = fault_effects.writes + 1",
+                (job, token, attempt, pid, now),
+            )
+        conn.execute(
+            "INSERT INTO fault_effect_log (job_id, lease_token, pid, accepted, at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (job, token, pid, int(ok), now),
+        )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return ok
+
+
+def pg_effect_sync(url: str, job: int, token: int, attempt: int, pid: int) -> bool:
+    """The fenced effect on PostgreSQL from a thread (its own connection each time)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        row: Any = conn.execute(
+            PG_EFFECT, {"job": job, "token": token, "attempt": attempt, "pid": pid}
+        ).fetchone()
+        return bool(row[0])

@@ -1,0 +1,243 @@
+"""The worker process the fault scenarios start, kill, pause and partition.
+
+Run as ``python -m tests.faults.faultapp`` with:
+
+- ``TETHER_FAULT_URL``: the database (for PostgreSQL maybe through the fault proxy);
+- ``TETHER_FAULT_DIR``: the run directory; executions go to ``exec/exec-<pid>.log``;
+- ``TETHER_FAULT_CONFIG``: JSON overrides of the worker settings;
+- ``TETHER_FAULT_NAME``: the worker's name (kept across restarts).
+
+Every attempt appends a JSON line to its process's execution log when it starts (job,
+attempt, lease token, pid, time), and another when it tries its side effect and when
+it ends. The side effect is the fenced write of :mod:`tests.faults.effects`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+import tether
+from tests.faults import effects
+from tether import App, LeaseLostError, Worker, WorkerConfig
+
+# Worker settings for every scenario: a 3 s lease renewed every 0.5 s; dead processes
+# and expired leases are looked for four times a second.
+BASE_CONFIG: dict[str, Any] = {
+    "concurrency": 4,
+    "claim_batch": 4,
+    "poll_interval": 0.5,
+    "heartbeat_interval": 0.5,
+    "lease_duration": 3.0,
+    "self_fence_margin": 0.75,
+    "rescue_interval": 0.25,
+    "dead_session_grace": 1.0,
+    "stop_timeout": 2.0,
+    "cancel_grace": 0.3,
+    "cancel_timeout": 1.0,
+    "kill_timeout": 1.0,
+    "max_consecutive_errors": 3,
+    "max_backoff": 2.0,
+}
+SPIN_LIMIT = 120.0  # a CPU loop that nobody stops still ends by itself
+
+
+def _log_path() -> str:
+    folder = os.path.join(os.environ.get("TETHER_FAULT_DIR", "."), "exec")
+    return os.path.join(folder, f"exec-{os.getpid()}.log")
+
+
+def record(**fields: Any) -> None:
+    """Append one line to this process's execution log (one write: atomic)."""
+    line = json.dumps({**fields, "pid": os.getpid(), "t": time.time()}) + "\n"
+    fd = os.open(_log_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class Effects:
+    """This process's fenced writes (one connection, reopened after any error)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.lock = asyncio.Lock()
+
+    async def write(self, ctx: tether.JobContext) -> bool:
+        job, token, attempt = ctx.id, ctx.job.lease_token, ctx.attempt
+        record(ev="effect_try", job=job, token=token)
+        if self.url.startswith("sqlite"):
+            path = effects.sqlite_path(self.url)
+            ok = await asyncio.to_thread(
+                effects.sqlite_effect, path, job, token, attempt, os.getpid()
+            )
+        else:
+            ok = await self._pg(job, token, attempt)
+        record(ev="effect", job=job, token=token, ok=ok)
+        return ok
+
+    async def _pg(self, job: int, token: int, attempt: int) -> bool:
+        async with self.lock:
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = await psycopg.AsyncConnection.connect(
+                        self.url, autocommit=True, connect_timeout=5
+                    )
+                cur = await self.conn.execute(
+                    effects.PG_EFFECT,
+                    {"job": job, "token": token, "attempt": attempt, "pid": os.getpid()},
+                )
+                row = await cur.fetchone()
+                return bool(row and row[0])
+            except BaseException:
+                conn, self.conn = self.conn, None
+                if conn is not None:
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait_for(conn.close(), 1.0)
+                raise
+
+
+def _url() -> str:
+    return os.environ.get("TETHER_FAULT_URL", "sqlite:///fault.db")
+
+
+# Process-executor handlers are module-level functions, so the child can import them.
+def spin(ctx: Any, seconds: float = SPIN_LIMIT) -> str:
+    """A CPU loop that never checks for cancellation (process executor)."""
+    record(ev="start", job=ctx.id, attempt=ctx.attempt, token=-1, task="spin")
+    deadline = time.monotonic() + min(seconds, SPIN_LIMIT)
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+    return "spun"
+
+
+def block(ctx: Any, seconds: float = 5.0) -> str:
+    """A blocking call that never checks for cancellation (thread executor), then the
+    fenced effect: once the job was abandoned, the effect must be refused."""
+    job = ctx.job
+    record(ev="start", job=job.id, attempt=job.attempt, token=job.lease_token, task="block")
+    time.sleep(seconds)
+    url = _url()
+    record(ev="effect_try", job=job.id, token=job.lease_token)
+    if url.startswith("sqlite"):
+        ok = effects.sqlite_effect(
+            effects.sqlite_path(url), job.id, job.lease_token, job.attempt, os.getpid()
+        )
+    else:
+        ok = effects.pg_effect_sync(url, job.id, job.lease_token, job.attempt, os.getpid())
+    record(ev="effect", job=job.id, token=job.lease_token, ok=ok)
+    record(ev="end", job=job.id, token=job.lease_token, how="returned" if ok else "fenced")
+    return "woke"
+
+
+def build_app(url: str) -> App:
+    """The app the workers run (the test process enqueues through its own copy)."""
+    app = App(url)
+    eff = Effects(url)
+
+    async def _run(ctx: tether.JobContext, task: str, body: Any) -> Any:
+        record(
+            ev="start",
+            job=ctx.id,
+            attempt=ctx.attempt,
+            token=ctx.job.lease_token,
+            task=task,
+            ckpt=ctx.checkpoint,
+        )
+        how = "error"
+
+        async def watch() -> None:
+            # When the worker tells the job to stop, even while it waits on the database.
+            await ctx.cancelled.wait()
+            record(ev="stop", job=ctx.id, token=ctx.job.lease_token, why=ctx.cancelled.reason)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            out = await body()
+            how = "returned"
+            return out
+        except asyncio.CancelledError:
+            how = "cancelled"
+            raise
+        except LeaseLostError:
+            how = "fenced"
+            raise
+        finally:
+            watcher.cancel()
+            record(ev="end", job=ctx.id, token=ctx.job.lease_token, how=how)
+
+    @app.task(name="work", max_attempts=10)
+    async def work(ctx: tether.JobContext, ms: int = 100, effect: bool = True) -> int:
+        """Works ``ms`` milliseconds of monotonic time (looking for a stop request every
+        50 ms), then writes its effect."""
+
+        async def body() -> int:
+            deadline = time.monotonic() + ms / 1000
+            while (left := deadline - time.monotonic()) > 0:
+                ctx.check_cancelled()  # a well-behaved handler: stops when asked
+                await asyncio.sleep(min(0.05, left))
+            if effect and not await eff.write(ctx):
+                raise LeaseLostError(f"job {ctx.id}: effect refused (stale lease)")
+            return ms
+
+        return int(await _run(ctx, "work", body))
+
+    @app.task(name="long", max_attempts=10)
+    async def long(ctx: tether.JobContext, steps: int = 20, step_ms: int = 200) -> int:
+        """Checkpoints after every step; a new attempt resumes from the checkpoint."""
+
+        async def body() -> int:
+            start = int((ctx.checkpoint or {}).get("step", 0))  # type: ignore[union-attr]
+            for step in range(start, steps):
+                await asyncio.sleep(step_ms / 1000)
+                await ctx.save_checkpoint({"step": step + 1})
+            if not await eff.write(ctx):
+                raise LeaseLostError(f"job {ctx.id}: effect refused (stale lease)")
+            return start
+
+        return int(await _run(ctx, "long", body))
+
+    @app.task(name="poison", max_attempts=3)
+    async def poison(ctx: tether.JobContext) -> None:
+        """Kills its own worker process on every attempt."""
+        record(
+            ev="start", job=ctx.id, attempt=ctx.attempt, token=ctx.job.lease_token, task="poison"
+        )
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    app.task(name="spin", executor="process", max_attempts=1)(spin)
+    app.task(name="block", executor="thread", max_attempts=1)(block)
+    return app
+
+
+async def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    os.makedirs(os.path.dirname(_log_path()), exist_ok=True)
+    app = build_app(_url())
+    settings = {**BASE_CONFIG, **json.loads(os.environ.get("TETHER_FAULT_CONFIG", "{}"))}
+    if "queues" in settings:
+        settings["queues"] = tuple(settings["queues"])
+    name = os.environ.get("TETHER_FAULT_NAME")
+    worker = Worker(app, WorkerConfig(**settings, name=name))
+    await worker.run(handle_signals=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,424 @@
+"""The harness: worker processes under a supervisor, a history, and fault tools.
+
+- :class:`Cluster` starts named worker processes (``tests.faults.faultapp``), restarts
+  any that die while it supervises, and sends them signals;
+- :class:`History` is the timeline of what the test did (enqueues acknowledged, faults
+  injected, API answers), written to ``history.jsonl`` in the run directory;
+- :func:`read_exec_log` reads what the jobs themselves logged;
+- :class:`Db` is the test's own direct view of the database (never through the proxy);
+- :func:`pg_restart` and :meth:`Db.terminate_listeners` are the database faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.faults import effects
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class History:
+    """Everything the test did, with wall-clock times (the exec log uses the same clock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ops: list[dict[str, Any]] = []
+
+    def add(self, kind: str, **fields: Any) -> dict[str, Any]:
+        op = {"t": time.time(), "kind": kind, **fields}
+        self.ops.append(op)
+        return op
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [op for op in self.ops if op["kind"] == kind]
+
+    def acked(self) -> set[int]:
+        """Every job id whose enqueue was acknowledged."""
+        return {i for op in self.of("enqueued") for i in op["ids"]}
+
+    def save(self) -> None:
+        with self.path.open("w") as out:
+            for op in self.ops:
+                out.write(json.dumps(op, default=str) + "\n")
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    started: float
+    incarnation: int
+
+
+@dataclass
+class Cluster:
+    """Named worker processes; while ``supervise`` runs, a dead one is restarted."""
+
+    run_dir: Path
+    url: str
+    history: History
+    config: dict[str, Any] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    incarnations: dict[str, int] = field(default_factory=dict)
+    restarts: int = 0
+    all_pids: list[int] = field(default_factory=list)
+    _supervising: bool = False
+    _held: set[str] = field(default_factory=set)
+
+    def start(self, name: str, *, url: str | None = None, **config: Any) -> Proc:
+        if url is not None:
+            self.urls[name] = url
+        if config:
+            self.overrides[name] = config
+        n = self.incarnations.get(name, 0) + 1
+        self.incarnations[name] = n
+        env = {
+            **os.environ,
+            "TETHER_FAULT_URL": self.urls.get(name, self.url),
+            "TETHER_FAULT_DIR": str(self.run_dir),
+            "TETHER_FAULT_CONFIG": json.dumps({**self.config, **self.overrides.get(name, {})}),
+            "TETHER_FAULT_NAME": name,
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("TETHER_DATABASE_URL", None)
+        stderr = (self.run_dir / f"worker-{name}-{n}.log").open("wb")
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.faultapp"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        stderr.close()
+        proc = Proc(name, popen, time.time(), n)
+        self.procs[name] = proc
+        self.all_pids.append(popen.pid)
+        self.history.add("worker_started", name=name, pid=popen.pid, incarnation=n)
+        return proc
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].popen.pid
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.popen.poll() is None]
+
+    def signal(self, name: str, sig: signal.Signals) -> int:
+        proc = self.procs[name]
+        pid = proc.popen.pid
+        self.history.add("signal", name=name, pid=pid, sig=sig.name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        return pid
+
+    def hold(self, name: str) -> None:
+        """Do not restart ``name`` until :meth:`release` (a test stops it on purpose)."""
+        self._held.add(name)
+
+    def release(self, name: str) -> None:
+        self._held.discard(name)
+
+    async def supervise(self, every: float = 0.05) -> None:
+        """Restart workers that died (run as a task; cancel it to stop supervising)."""
+        while True:
+            for name, proc in list(self.procs.items()):
+                if name in self._held or proc.popen.poll() is None:
+                    continue
+                self.history.add(
+                    "worker_died", name=name, pid=proc.popen.pid, code=proc.popen.returncode
+                )
+                self.restarts += 1
+                self.start(name)
+            await asyncio.sleep(every)
+
+    async def wait_exit(self, name: str, timeout: float = 30.0) -> int:
+        code = await asyncio.to_thread(self.procs[name].popen.wait, timeout)
+        return int(code)
+
+    async def stop_all(self, timeout: float = 20.0) -> dict[str, int | None]:
+        """SIGTERM every live worker (SIGCONT first: a stopped one must hear it), then
+        wait; SIGKILL whatever is left. Returns the exit codes of those that were alive
+        (one killed just before, and not restarted yet, is not asked to stop)."""
+        codes: dict[str, int | None] = {}
+        db = Db(self.url)
+        for proc in self.procs.values():
+            self._held.add(proc.name)
+        alive = {n: p for n, p in self.procs.items() if p.popen.poll() is None}
+        for proc in alive.values():
+            # A process still importing has no signal handler yet: wait until it is a
+            # registered worker (a SIGTERM then is the graceful kind).
+            with contextlib.suppress(AssertionError):
+                await wait_for(
+                    lambda proc=proc: (
+                        proc.popen.poll() is not None
+                        or db.query(
+                            "SELECT 1 FROM tether_workers WHERE id LIKE %s",
+                            (f"%:{proc.popen.pid}:%",),
+                        )
+                    ),
+                    15,
+                    every=0.1,
+                )
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.popen.pid, signal.SIGCONT)
+                    os.kill(proc.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for name, proc in alive.items():
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                codes[name] = await asyncio.to_thread(proc.popen.wait, left)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                codes[name] = await asyncio.to_thread(proc.popen.wait)
+        return codes
+
+    def kill_all_now(self) -> None:
+        for proc in self.procs.values():
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.popen.pid, signal.SIGCONT)
+                proc.popen.kill()
+                proc.popen.wait()
+
+    def log_lines(self, name: str | None = None) -> Iterator[str]:
+        pattern = f"worker-{name}-*.log" if name else "worker-*.log"
+        for path in sorted(self.run_dir.glob(pattern)):
+            yield from path.read_text(errors="replace").splitlines()
+
+
+def read_exec_log(run_dir: Path) -> list[dict[str, Any]]:
+    """Every line the jobs logged, oldest first (a line cut by a kill is skipped)."""
+    rows = []
+    for path in (run_dir / "exec").glob("exec-*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    rows.sort(key=lambda r: r["t"])
+    return rows
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50, p99 and max (nearest rank), or ``None`` for no values."""
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    s = sorted(values)
+
+    def rank(p: float) -> float:
+        return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
+
+    return {"p50": rank(50), "p99": rank(99), "max": s[-1]}
+
+
+class Db:
+    """The test's direct, synchronous view of the database (short statements only)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+
+    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        if self.sqlite:
+            conn = sqlite3.connect(effects.sqlite_path(self.url), timeout=30)
+            try:
+                return list(conn.execute(sql.replace("%s", "?"), params).fetchall())
+            finally:
+                conn.close()
+        # The cluster may be restarting (this suite's scenario, or someone else's):
+        # connection failures are retried for a while, other errors are not.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as pg:
+                    cur = pg.execute(sql, params)  # type: ignore[arg-type]
+                    return list(cur.fetchall()) if cur.description else []
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def execute_script(self, script: str) -> None:
+        if self.sqlite:
+            conn = sqlite3.connect(effects.sqlite_path(self.url), timeout=30)
+            try:
+                conn.executescript(script)
+            finally:
+                conn.close()
+        else:
+            with psycopg.connect(self.url, autocommit=True) as pg:
+                pg.execute(script)  # type: ignore[arg-type]
+
+    def running_of(self, pid: int) -> list[tuple[int, int]]:
+        """(job, lease token) of the running jobs leased by the worker process ``pid``."""
+        rows = self.query(
+            "SELECT id, lease_token FROM tether_jobs WHERE state = 'running' AND worker_id LIKE %s",
+            (f"%:{pid}:%",),
+        )
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    def states(self, job_ids: list[int]) -> dict[int, str]:
+        """The current state of each of these jobs."""
+        if not job_ids:
+            return {}
+        marks = ",".join(str(int(i)) for i in job_ids)
+        rows = self.query(f"SELECT id, state FROM tether_jobs WHERE id IN ({marks})")
+        return {int(r[0]): str(r[1]) for r in rows}
+
+    def counts(self) -> dict[str, int]:
+        return {
+            r[0]: int(r[1])
+            for r in self.query("SELECT state, COUNT(*) FROM tether_jobs GROUP BY state")
+        }
+
+    def events(self, job_ids: list[int] | None = None) -> list[dict[str, Any]]:
+        """Transitions (oldest first) with ``at`` as Unix seconds."""
+        at = "at" if self.sqlite else "extract(epoch FROM at)"
+        sql = (
+            f"SELECT job_id, from_state, to_state, {at}, worker_id, actor, reason "
+            "FROM tether_job_events"
+        )
+        rows = self.query(sql + " ORDER BY id")
+        wanted = set(job_ids) if job_ids is not None else None
+        keys = ("job", "src", "dst", "at", "worker", "actor", "reason")
+        return [
+            dict(zip(keys, (int(r[0]), r[1], r[2], float(r[3]), r[4], r[5], r[6]), strict=True))
+            for r in rows
+            if wanted is None or int(r[0]) in wanted
+        ]
+
+    def listener_pids(self) -> list[int]:
+        """PostgreSQL backends of live workers' LISTEN connections (this database only)."""
+        rows = self.query(
+            "SELECT DISTINCT w.backend_pid FROM tether_workers w JOIN pg_stat_activity a "
+            "ON a.pid = w.backend_pid WHERE w.state = 'active' AND a.datname = current_database()"
+        )
+        return [int(r[0]) for r in rows]
+
+    def terminate(self, backend_pids: list[int]) -> int:
+        """``pg_terminate_backend`` on these backends, only if they belong to this database."""
+        if not backend_pids:
+            return 0
+        rows = self.query(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE pid = ANY(%s) AND datname = current_database()",
+            (backend_pids,),
+        )
+        return int(rows[0][0])
+
+
+async def wait_for(probe: Any, timeout: float, every: float = 0.05) -> Any:
+    """Poll a sync or async ``probe`` until truthy; ``AssertionError`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(every)
+
+
+def pg_version() -> str:
+    return sorted(os.listdir("/etc/postgresql"))[-1]
+
+
+def pg_ctl(action: str) -> None:
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", pg_version(), "main", action],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def pg_up(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def pg_ensure_started(url: str, timeout: float = 60.0) -> None:
+    """Start the cluster if it is down (the finally of every restart)."""
+    if pg_up(url):
+        return
+    with contextlib.suppress(subprocess.SubprocessError):
+        pg_ctl("start")
+    deadline = time.monotonic() + timeout
+    while not pg_up(url):
+        if time.monotonic() > deadline:
+            raise RuntimeError("PostgreSQL did not come back")
+        time.sleep(0.5)
+
+
+ACTIVE_STATES = ("queued", "blocked", "running", "retrying", "paused")
+
+
+def active_count(db: Db) -> int:
+    rows = db.query(
+        "SELECT COUNT(*) FROM tether_jobs WHERE state IN "
+        "('queued', 'blocked', 'running', 'retrying', 'paused')"
+    )
+    return int(rows[0][0])
+
+
+async def wait_all_done(db: Db, timeout: float, every: float = 0.25) -> float:
+    """Wait until no job is active; returns the seconds waited."""
+    started = time.monotonic()
+    await wait_for(lambda: active_count(db) == 0, timeout, every)
+    return time.monotonic() - started
+
+
+def recovery_times(kills: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[float]:
+    """For every job a kill took down: seconds from the kill until it was leased again
+    (its next ``running`` transition).
+
+    ``kills`` are history ops with ``t`` and ``held`` ([job, token] pairs read just
+    before the signal); a job that finished in between is not leased again: skipped.
+    """
+    claims: dict[int, list[float]] = {}
+    for e in events:
+        if e["dst"] == "running":
+            claims.setdefault(e["job"], []).append(e["at"])
+    out = []
+    for kill in kills:
+        for job, _ in kill["held"]:
+            later = [t for t in claims.get(job, []) if t >= kill["t"]]
+            if later:
+                out.append(min(later) - kill["t"])
+    return out
+
+
+def rescue_times(kills: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[float]:
+    """For every job a kill took down: seconds from the kill until the rescuer freed it."""
+    rescues: dict[int, list[float]] = {}
+    for e in events:
+        if e["actor"] == "rescuer" and e["src"] == "running":
+            rescues.setdefault(e["job"], []).append(e["at"])
+    out = []
+    for kill in kills:
+        for job, _ in kill["held"]:
+            later = [t for t in rescues.get(job, []) if t >= kill["t"] - 0.01]
+            if later:
+                out.append(min(later) - kill["t"])
+    return out

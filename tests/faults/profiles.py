@@ -1,0 +1,42 @@
+"""How big each scenario is: SHORT for ``make test``, FULL (the issue's counts) for
+``make faults``. A scenario reads its numbers as ``profile["storm"]["kills"]``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SHORT: dict[str, dict[str, Any]] = {
+    "storm": {"jobs": 300, "kills": 8, "workers": 3, "concurrency": 4, "ms": (40, 200)},
+    "zombie": {"rounds": 2},
+    "sigterm": {"rounds": 1, "short": 6, "long": 2},
+    "rolling": {"jobs": 240, "workers": 3, "rounds": 3, "round_s": 1.5},
+    "pg_restart": {"restarts": 1},
+    "listen_kill": {"kills": 3},
+    "partition": {"seconds": 6.0},
+    "poison": {"poison": 2, "normal": 100},
+    "hung": {"spin": 1, "block": 1, "force": 1, "normal": 6},
+    "cancel_race": {"jobs": 120},
+    "pause": {"jobs": 200},
+    "sqlite_storm": {"jobs": 200, "kills": 6, "workers": 4, "concurrency": 3, "ms": (40, 200)},
+    "sqlite_sigterm": {"rounds": 1, "short": 6, "long": 2},
+    "sqlite_cancel_race": {"jobs": 60},
+}
+
+FULL: dict[str, dict[str, Any]] = {
+    "storm": {"jobs": 5000, "kills": 200, "workers": 3, "concurrency": 8, "ms": (100, 500)},
+    "zombie": {"rounds": 50},
+    "sigterm": {"rounds": 10, "short": 20, "long": 4},
+    "rolling": {"jobs": 2000, "workers": 3, "rounds": 12, "round_s": 5.0},
+    "pg_restart": {"restarts": 5},
+    "listen_kill": {"kills": 20},
+    "partition": {"seconds": 30.0},
+    "poison": {"poison": 10, "normal": 1000},
+    "hung": {"spin": 3, "block": 3, "force": 3, "normal": 30},
+    "cancel_race": {"jobs": 2000},
+    "pause": {"jobs": 2000},
+    "sqlite_storm": {"jobs": 5000, "kills": 200, "workers": 4, "concurrency": 4, "ms": (50, 400)},
+    "sqlite_sigterm": {"rounds": 10, "short": 20, "long": 4},
+    "sqlite_cancel_race": {"jobs": 2000},
+}
+
+PROFILES = {"short": SHORT, "full": FULL}
