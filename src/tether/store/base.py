@@ -242,9 +242,6 @@ class Store(Protocol):
 
     # -- maintenance -------------------------------------------------------------------
 
-    async def try_lead(self) -> bool:
-        """Whether this store's process holds (or just took) maintenance leadership."""
-
     async def mark_dead_workers(
         self, host: str, pid_alive: PidAlive, session_grace: float
     ) -> list[str]:

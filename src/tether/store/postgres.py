@@ -2,7 +2,7 @@
 
 Batch operations send arrays and run as one statement. NOTIFY carries ids and queue
 names only, once per statement. One extra connection per store listens for
-notifications and, when asked, holds the maintenance leader's advisory lock.
+notifications.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ log = logging.getLogger("tether.store")
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 
 CHANNELS = {"tether_enqueued": h.ENQUEUED, "tether_control": h.CONTROL, "tether_changed": h.CHANGED}
-LEADER_LOCK = 0x7E7E_0001
 MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
@@ -313,8 +312,6 @@ class PostgresStore:
         self._listener: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._backend_pid: int | None = None
-        self._leader = False
-        self._leader_conn: psycopg.AsyncConnection[Any] | None = None
         self._workers: set[str] = set()
 
     # -- plumbing ------------------------------------------------------------------------
@@ -332,11 +329,6 @@ class PostgresStore:
             self._opened = True
 
     async def close(self) -> None:
-        if self._leader_conn is not None:
-            with contextlib.suppress(Exception):
-                await self._leader_conn.close()
-            self._leader_conn = None
-            self._leader = False
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
@@ -909,29 +901,6 @@ class PostgresStore:
         return accepted
 
     # -- maintenance ---------------------------------------------------------------------
-
-    async def try_lead(self) -> bool:
-        # Leadership is a session-level advisory lock held by a connection of its own:
-        # it lasts exactly as long as that session, and a dead leader frees it.
-        try:
-            if self._leader_conn is None or self._leader_conn.closed:
-                self._leader_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-                self._leader = False
-            if self._leader:
-                await self._leader_conn.execute("SELECT 1")
-                return True
-            cur = await self._leader_conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
-            row = await cur.fetchone()
-            self._leader = bool(row and row[0])
-            if self._leader:
-                log.info("this process is now the maintenance leader")
-            return self._leader
-        except psycopg.Error as exc:
-            self._leader = False
-            if self._leader_conn is not None:
-                await self._leader_conn.close()
-                self._leader_conn = None
-            raise StoreError(f"postgresql: {exc}") from exc
 
     async def mark_dead_workers(
         self, host: str, pid_alive: PidAlive, session_grace: float

@@ -792,10 +792,6 @@ class SqliteStore:
 
     # -- maintenance ---------------------------------------------------------------------
 
-    async def try_lead(self) -> bool:
-        # Every statement is atomic on one file, so any worker may do maintenance.
-        return True
-
     async def mark_dead_workers(
         self, host: str, pid_alive: PidAlive, session_grace: float
     ) -> list[str]:
