@@ -24,9 +24,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
-	# The fault-injection suite (tests/faults) is not yet stable enough to gate every
-	# change; `make faults` runs it.
-	$(PY) -m pytest -q --ignore=tests/faults
+	# Everything, including the fault-injection suite's short profile (tests/faults).
+	$(PY) -m pytest -q
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py

@@ -6,8 +6,8 @@ profile writes ``tests/faults/REPORT.md``; ``TETHER_FAULTS_REPORT=path`` writes 
 table of any run to ``path``.
 
 PostgreSQL is restarted only by the PostgreSQL-restart scenario, which the short
-profile runs only with ``TETHER_FAULTS_PG_RESTART=1`` (a restart breaks whoever else
-uses the cluster at that moment); the full profile always runs it.
+profile runs only under ``CI=true`` or with ``TETHER_FAULTS_PG_RESTART=1`` (a restart
+breaks whoever else uses the cluster at that moment); the full profile always runs it.
 """
 
 from __future__ import annotations

@@ -93,7 +93,9 @@ async def sigterm_rounds(s: Scenario) -> None:
         ]
         for job in held_ids:
             evs = [e for e in events if e["job"] == job]
-            out = next(e for e in evs if e["src"] == "running" and e["worker"] == wid)
+            outs = [e for e in evs if e["src"] == "running" and e["worker"] == wid]
+            assert outs, f"job {job} held by {wid} left running without it: {evs}"
+            out = outs[0]
             task = s.db.query("SELECT task FROM tether_jobs WHERE id = %s", (job,))[0][0]
             if task == "work" or out["dst"] == "succeeded":
                 # Short jobs finish within stop_timeout (so may a long one near its end).

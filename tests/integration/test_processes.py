@@ -123,8 +123,15 @@ async def test_several_worker_processes_never_run_a_job_twice(db_url: str, procs
     app = build_app(db_url)
     try:
         await app.migrate()
-        jobs = await app.enqueue_many([("noop", {"n": i}) for i in range(n_jobs)])
         workers = [procs.start(concurrency=8) for _ in range(3)]
+
+        async def all_active() -> bool:
+            return sum(w.state == "active" for w in await app.workers()) == 3
+
+        # All three are up before the work arrives: a slow start-up must not leave one
+        # process to drain it all (sharing is asserted below).
+        await eventually(all_active, timeout=60, every=0.05)
+        jobs = await app.enqueue_many([("noop", {"n": i}) for i in range(n_jobs)])
         await eventually(lambda: _all_succeeded(app, n_jobs), timeout=120, every=0.2)
         for proc in workers:
             proc.send_signal(signal.SIGTERM)

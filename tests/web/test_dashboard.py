@@ -457,6 +457,26 @@ def test_a_post_without_csrf_token_is_refused(stack: Stack) -> None:
     assert stack.job(job_id)["state"] == "cancelled"
 
 
+def test_a_live_refresh_between_action_and_redirect_keeps_the_message(stack: Stack) -> None:
+    job_id = stack.enqueue("step", {"steps": 5}, delay=3600)
+    with httpx.Client(base_url=stack.base, timeout=10) as http:
+        form = http.get("/login")
+        nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert nonce is not None
+        http.post("/login", data={"token": stack.tokens["root"], "csrf": nonce.group(1)})
+        page = http.get(f"/jobs/{job_id}")
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None
+        res = http.post(f"/jobs/{job_id}/pause", data={"csrf": token.group(1)})
+        assert res.status_code == 303
+        # The old page's live region refreshes before the browser follows the redirect.
+        live = http.get(f"/jobs/{job_id}?fragment=1")
+        assert live.status_code == 200 and "flash" not in live.text
+        shown = http.get(res.headers["location"])
+        assert 'class="flash flash-ok"' in shown.text and "paused" in shown.text
+        assert 'class="flash' not in http.get(f"/jobs/{job_id}").text  # shown once
+
+
 def test_bulk_cancel_asks_first_and_is_capped(page: Page, stack: Stack) -> None:
     ids = [stack.enqueue("step", {"steps": 5}, delay=3600, queue="bulk") for _ in range(2)]
     login(page, stack)

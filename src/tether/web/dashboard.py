@@ -243,7 +243,9 @@ templates.filters["compact"] = lambda v: json.dumps(v, sort_keys=True, default=s
 def render(v: Visitor | None, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     """A page (or, with ``?fragment=1``, only its live part), with the security headers."""
     flashes: list[tuple[str, str]] = []
-    if v is not None:
+    # A live region's refresh (a fragment) shows no flashes, so it must not take them:
+    # one arriving between an action and its redirect would swallow the message.
+    if v is not None and not name.endswith("_live.html"):
         flashes, v.session.flash = v.session.flash, []
     html = templates.get_template(name).render(
         v=v,
