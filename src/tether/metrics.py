@@ -9,6 +9,7 @@ serves them at ``/metrics`` together with gauges read from the database at scrap
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -103,17 +104,28 @@ def cancellation_finished(status: str, result: dict[str, Any]) -> None:
     RESOURCES_CLEANED.inc(len(result.get("slots_released", ())))
 
 
+# Looking a labelled child up costs more than observing it; these run once per job.
+@functools.cache
+def _start_latency(queue: str) -> Histogram:
+    return START_LATENCY.labels(queue=queue)
+
+
+@functools.cache
+def _run_duration(task: str, outcome: str) -> Histogram:
+    return RUN_DURATION.labels(task=task, outcome=outcome)
+
+
 def job_started(job: Job) -> None:
     """A worker launched an attempt (database times on both ends)."""
     if job.attempt == 1 and job.started_at is not None:
         seconds = (job.started_at - job.created_at).total_seconds()
-        START_LATENCY.labels(queue=job.queue).observe(max(0.0, seconds))
+        _start_latency(job.queue).observe(max(0.0, seconds))
 
 
 def job_ran(task: str, outcome: Outcome | None, seconds: float) -> None:
     """An attempt ended on this worker, asking for ``outcome`` (``None``: lease lost)."""
     ended = outcome.state.value if outcome is not None else "lease_lost"
-    RUN_DURATION.labels(task=task, outcome=ended).observe(seconds)
+    _run_duration(task, ended).observe(seconds)
 
 
 def zombies_rescued(count: int) -> None:

@@ -9,7 +9,9 @@ One worker is one asyncio loop with a few small services:
 - the completer records outcomes in batches, fenced by lease token;
 - the rescuer (maintenance) recovers other workers' zombie jobs.
 
-No task per job is spent on heartbeats; each job has only its handler.
+No task per job is spent on heartbeats, nor on waiting for the handler: an async handler
+is the job's only task, and everything after it runs in callbacks. A slot is free once
+its handler has ended; the outcome is written while the next job already runs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -56,7 +59,8 @@ class Run:
     task: Task
     ctx: JobContext
     handle: Handle | None = None
-    settled: asyncio.Future[tuple[str, Any]] = field(default_factory=asyncio.Future)
+    #: The handler has ended (or was abandoned) and its slot is free.
+    settled: bool = False
     interrupt: str | None = None
     detail: str | None = None
     stopped_by_us: bool = False
@@ -65,6 +69,7 @@ class Run:
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     # Loop time the claim that leased it was sent: its lease began no earlier.
     leased_at: float = 0.0
+    began: float = 0.0
 
 
 class Completer(Service):
@@ -262,7 +267,7 @@ class Claimer(Service):
     async def run_once(self) -> int:
         """Claim and start up to the free slots (at most ``claim_batch``)."""
         w = self.worker
-        free = w.config.concurrency - len(w.running)
+        free = w.free_slots()
         if w.stopping or free <= 0:
             return 0
         limit = min(free, w.config.claim_batch)
@@ -281,7 +286,7 @@ class Claimer(Service):
         self.claimed += len(jobs)
         for job in jobs:
             w.launch(job, leased_at=sent)
-        if len(jobs) == limit and len(w.running) < w.config.concurrency and self.ramp is None:
+        if len(jobs) == limit and w.free_slots() > 0 and self.ramp is None:
             self.wake()  # there may be more waiting
         return len(jobs)
 
@@ -309,7 +314,11 @@ class Worker:
         self._done = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
         self._hard = asyncio.Event()
-        self._execs: set[asyncio.Task[None]] = set()
+        #: Handlers that have not ended yet (``running`` also holds jobs whose outcome
+        #: is still being written).
+        self.executing = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.claimer: Claimer
         self.heartbeater: Heartbeater
         self.completer: Completer
@@ -476,13 +485,16 @@ class Worker:
                 await asyncio.sleep(0.5)
 
     async def _wait_jobs(self, timeout: float, *, hard_stops: bool = True) -> None:
-        """Wait until no job task runs, ``timeout`` passes, or (optionally) a hard stop."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while self._execs and not (hard_stops and self._hard.is_set()):
-                    hard = asyncio.ensure_future(self._hard.wait())
-                    await asyncio.wait([*self._execs, hard], return_when="FIRST_COMPLETED")
-                    hard.cancel()
+        """Wait until no job is held (outcomes written), ``timeout`` passes, or
+        (optionally) a hard stop."""
+        waits = [asyncio.ensure_future(self._idle.wait())]
+        if hard_stops:
+            waits.append(asyncio.ensure_future(self._hard.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            for waiter in waits:
+                waiter.cancel()
 
     async def _forward_hints(self) -> None:
         """Turn notifications into early wake-ups of the claimer and heartbeater."""
@@ -505,6 +517,16 @@ class Worker:
 
     # -- running jobs --------------------------------------------------------------------
 
+    def free_slots(self) -> int:
+        """How many more jobs may be claimed now.
+
+        A slot is taken while a handler runs. Jobs whose outcome is still being written
+        hold no slot, but at most ``concurrency`` of them are held besides: a database
+        slow to take outcomes slows claiming too.
+        """
+        concurrency = self.config.concurrency
+        return min(concurrency - self.executing, 2 * concurrency - len(self.running))
+
     def launch(self, job: Job, *, leased_at: float | None = None) -> None:
         """Run a claimed job (``leased_at``: loop time the claim was sent, default now)."""
         task = self.app.tasks[job.task]
@@ -522,13 +544,29 @@ class Worker:
             max_artifact_bytes=self.app.config.max_artifact_bytes,
             threaded=task.executor == "thread",
         )
+        loop = asyncio.get_running_loop()
         run = Run(job, task, ctx)
-        run.leased_at = asyncio.get_running_loop().time() if leased_at is None else leased_at
+        run.began = loop.time()
+        run.leased_at = run.began if leased_at is None else leased_at
         self.running[job.id] = run
+        self.executing += 1
+        self._idle.clear()
         metrics.job_started(job)
-        exec_task = asyncio.create_task(self._execute(run), name=f"tether-job-{job.id}")
-        self._execs.add(exec_task)
-        exec_task.add_done_callback(self._execs.discard)
+        log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
+        try:
+            run.handle = start_handler(
+                task,
+                ctx,
+                self._threads,
+                grace=self.config.cancel_grace,
+                kill_timeout=self.config.kill_timeout,
+            )
+        except Exception as exc:  # e.g. args the handler does not take: a failed attempt
+            self._settle(run, "error", exc)
+            return
+        run.handle.future.add_done_callback(functools.partial(self._handler_done, run))
+        if job.timeout:
+            run.timers.append(loop.call_later(job.timeout, self._time_out, run))
 
     def _lease_lost(self, job_id: int) -> None:
         run = self.running.get(job_id)
@@ -555,26 +593,28 @@ class Worker:
         if run is not None and budget is not None and usage > budget:
             self.interrupt(run, "pause", detail=f"budget exceeded: used {usage} of {budget}")
 
-    async def _execute(self, run: Run) -> None:
+    def _handler_done(self, run: Run, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            self._settle(run, "cancelled", None)
+        elif fut.exception() is not None:
+            self._settle(run, "error", fut.exception())
+        else:
+            self._settle(run, "result", fut.result())
+
+    def _settle(self, run: Run, kind: str, value: Any) -> None:
+        """The handler ended (or was abandoned): free its slot and record the outcome."""
+        if run.settled:
+            return
+        run.settled = True
+        self.executing -= 1
+        for timer in run.timers:
+            timer.cancel()
         job = run.job
-        loop = asyncio.get_running_loop()
         try:
-            log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
-            began = loop.time()
-            run.handle = start_handler(
-                run.task,
-                run.ctx,
-                self._threads,
-                grace=self.config.cancel_grace,
-                kill_timeout=self.config.kill_timeout,
-            )
-            run.handle.future.add_done_callback(lambda f: self._settle(run, f))
-            if job.timeout:
-                run.timers.append(loop.call_later(job.timeout, self._time_out, run))
-            kind, value = await run.settled
             outcome = self._outcome(run, kind, value)
-            metrics.job_ran(job.task, outcome, loop.time() - began)
+            metrics.job_ran(job.task, outcome, asyncio.get_running_loop().time() - run.began)
             if outcome is None:
+                self._forget(run)
                 return
             # The last progress and usage travel with the outcome, not a late heartbeat.
             current, total = run.ctx.progress
@@ -586,37 +626,40 @@ class Worker:
                     progress_total=total,
                 )
             run.finishing = True
-            accepted = await self.completer.submit(outcome)
-            if accepted:
-                log.log(
-                    logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
-                    "job %s (%s): %s%s",
-                    job.id,
-                    job.task,
-                    outcome.state,
-                    f" ({outcome.reason})" if outcome.reason else "",
-                )
-            else:
-                metrics.lease_lost()
-                log.warning("job %s: lease lost before its outcome was recorded", job.id)
+            recorded = self.completer.submit(outcome)
+            recorded.add_done_callback(functools.partial(self._recorded, run, outcome))
         except Exception:
             log.exception("job %s: internal error in the worker", job.id)
+            self._forget(run)
         finally:
-            for timer in run.timers:
-                timer.cancel()
-            self.running.pop(job.id, None)
             if not self.stopping:
                 self.claimer.wake()
 
-    def _settle(self, run: Run, fut: asyncio.Future[Any]) -> None:
-        if run.settled.done():
-            return
+    def _recorded(self, run: Run, outcome: Outcome, fut: asyncio.Future[bool]) -> None:
+        job = run.job
+        self._forget(run)
         if fut.cancelled():
-            run.settled.set_result(("cancelled", None))
-        elif fut.exception() is not None:
-            run.settled.set_result(("error", fut.exception()))
+            return
+        if fut.result():
+            log.log(
+                logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
+                "job %s (%s): %s%s",
+                job.id,
+                job.task,
+                outcome.state,
+                f" ({outcome.reason})" if outcome.reason else "",
+            )
         else:
-            run.settled.set_result(("result", fut.result()))
+            metrics.lease_lost()
+            log.warning("job %s: lease lost before its outcome was recorded", job.id)
+
+    def _forget(self, run: Run) -> None:
+        if self.running.get(run.job.id) is run:
+            del self.running[run.job.id]
+        if not self.running:
+            self._idle.set()
+        if not self.stopping:
+            self.claimer.wake()
 
     def _time_out(self, run: Run) -> None:
         run.timed_out = True
@@ -655,7 +698,7 @@ class Worker:
 
     def _stop_handler(self, run: Run, force: bool = False) -> None:
         handle = run.handle
-        if handle is None or handle.future.done() or run.settled.done():
+        if handle is None or handle.future.done() or run.settled:
             return
         run.stopped_by_us = True
         metrics.handler_stopped(run.task.executor, force)
@@ -664,11 +707,11 @@ class Worker:
         run.timers.append(loop.call_later(handle.abandon_after, self._abandon, run))
 
     def _abandon(self, run: Run) -> None:
-        if not run.settled.done():
+        if not run.settled:
             log.warning("job %s ignored being stopped; abandoning it", run.job.id)
             if run.handle is not None:
                 run.handle.stopped_by = "abandoned"
-            run.settled.set_result(("cancelled", None))
+            self._settle(run, "cancelled", None)
 
     def _outcome(self, run: Run, kind: str, value: Any) -> Outcome | None:
         job = run.job
@@ -750,8 +793,7 @@ class Worker:
     async def wait_idle(self, timeout: float = 30.0) -> None:
         """Wait until no job runs on this worker (for tests and the demo)."""
         async with asyncio.timeout(timeout):
-            while self.running:
-                await asyncio.wait(list(self._execs))
+            await self._idle.wait()
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
