@@ -1,0 +1,78 @@
+-- tether schema, version 5 (PostgreSQL): the transition trigger's query is planned once
+-- per session instead of at every statement.
+--
+-- Version 3 ran it through EXECUTE, so that a cascade over thousands of rows would not
+-- reuse a nested-loop join of the transition tables planned for one row. Planning it
+-- every time cost about as much as the claim itself. Pairing old and new rows by
+-- grouping instead of joining them has no quadratic plan, so the query can be cached.
+
+CREATE OR REPLACE FUNCTION tether_jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    bad TEXT;
+    deltas JSONB;
+    changed BIGINT[];
+    requeued BOOLEAN;
+BEGIN
+    WITH pairs AS MATERIALIZED (
+        -- Each id appears once in old_rows and once in new_rows; only the new row
+        -- fills the columns after src.
+        SELECT id, max(src) AS src, max(dst) AS dst, max(worker_id) AS worker_id,
+               max(actor) AS actor, max(reason) AS reason, max(limits) AS limits
+        FROM (
+            SELECT id, state AS src, NULL::text AS dst, NULL::text AS worker_id,
+                   NULL::text AS actor, NULL::text AS reason, NULL::text[] AS limits
+            FROM old_rows
+            UNION ALL
+            SELECT id, NULL, state, worker_id, actor, reason, limits FROM new_rows
+        ) AS sides
+        GROUP BY id
+        HAVING max(src) <> max(dst)
+    ), bad AS (
+        SELECT format('%s -> %s for job %s', src, dst, id) AS what FROM pairs p
+        WHERE NOT EXISTS (SELECT 1 FROM tether_transitions t
+                          WHERE t.from_state = p.src AND t.to_state = p.dst)
+        LIMIT 1
+    ), events AS (
+        INSERT INTO tether_job_events (job_id, from_state, to_state, worker_id, actor, reason)
+        SELECT id, src, dst, worker_id, actor, reason FROM pairs
+        WHERE NOT EXISTS (SELECT 1 FROM bad)
+        ORDER BY id
+        RETURNING 1
+    ), per_limit AS (
+        SELECT name, sum(used)::int AS used, sum(held)::int AS held FROM (
+            SELECT unnest(limits) AS name,
+                   (dst = 'running')::int - (src = 'running')::int AS used,
+                   (dst IN ('paused', 'failed'))::int
+                       - (src IN ('paused', 'failed'))::int AS held
+            FROM pairs WHERE limits IS NOT NULL
+        ) AS per_job
+        GROUP BY name
+        HAVING sum(used) <> 0 OR sum(held) <> 0
+    )
+    SELECT (SELECT what FROM bad),
+           (SELECT jsonb_object_agg(name, jsonb_build_array(used, held)) FROM per_limit),
+           (SELECT array_agg(id ORDER BY id) FROM pairs WHERE dst <> 'running'),
+           (SELECT bool_or(dst IN ('queued', 'retrying')) FROM pairs),
+           (SELECT count(*) FROM events)
+    INTO bad, deltas, changed, requeued;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'tether: illegal transition %', bad USING ERRCODE = 'check_violation';
+    END IF;
+    IF deltas IS NOT NULL THEN
+        PERFORM tether_limits_apply(deltas);
+    END IF;
+    -- Transitions other than claims: wake waiters (ids only), and workers when work
+    -- became claimable; then follow the workflow edges.
+    IF changed IS NOT NULL THEN
+        PERFORM pg_notify('tether_changed', string_agg(id::text, ','))
+        FROM (SELECT id, (row_number() OVER () - 1) / 300 AS chunk
+              FROM unnest(changed) AS id) AS numbered
+        GROUP BY chunk;
+        IF requeued THEN
+            PERFORM pg_notify('tether_enqueued', '*');
+        END IF;
+        PERFORM tether_workflow_step(changed);
+    END IF;
+    RETURN NULL;
+END
+$$;
