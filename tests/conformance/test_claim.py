@@ -120,6 +120,25 @@ async def test_claim_sets_lease_and_bumps_token_and_attempt(store: Store, db: Db
     assert again.lease_expires_at - again.started_at < timedelta(seconds=6)
 
 
+async def test_a_claimed_job_is_the_row_as_read_back(store: Store) -> None:
+    # Every column survives the claim's own (faster) row reading.
+    job = await enqueue_one(
+        store,
+        args={"n": [1, "two", None]},
+        priority=3,
+        key="k",
+        limits=("key:k",),
+        max_attempts=5,
+        timeout=9.5,
+        owner="ann",
+        idempotency_key="idem",
+        budget=40,
+    )
+    claimed = await claim_one(store)
+    assert claimed.id == job.id and claimed.limits == ("key:k",) and claimed.budget == 40
+    assert claimed == await store.get(job.id)
+
+
 async def test_claim_skips_running_and_finished_jobs(store: Store) -> None:
     jobs = await store.enqueue([new_job(args={"i": i}) for i in range(4)])
     running = await store.claim("w1", ["default"], ["t"], 4, 60)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,15 @@ JOB_COLUMNS = (
     "pause_requested_at, pause_reason, budget, usage, limits, stopped_by, "
     "parent_id, phase, waiting_children, cancel_cascade"
 )
+
+
+def job_from_tuple(row: Sequence[Any]) -> Job:
+    """A :class:`Job` from a tuple of :data:`JOB_COLUMNS` whose times and JSON the driver
+    has already converted (PostgreSQL). The columns are in :class:`Job`'s field order."""
+    values = list(row)
+    values[6] = JobState(values[6])
+    values[32] = tuple(values[32] or ())
+    return Job(*values)
 
 
 def epoch_to_dt(value: float | None) -> datetime | None:
