@@ -16,7 +16,9 @@ from collections.abc import Iterable
 ENQUEUED = "enqueued"
 """Key: the queue name. A job became claimable."""
 CONTROL = "control"
-"""Key: the job id. A cancel request was made for a running job."""
+"""Key: the job id. A pause (or another control request) was made for a running job."""
+CANCEL = "cancel"
+"""Key: the job id. A cancel request for a running job was committed."""
 CHANGED = "changed"
 """Key: the job id. A job changed state (other than by being claimed)."""
 

@@ -528,7 +528,21 @@ class Worker:
                     if h.ANY in keys or any(k.isdigit() and int(k) in self.running for k in keys):
                         self.heartbeater.wake()
 
-        await asyncio.gather(enqueued(), control())
+        async def cancels() -> None:
+            # A cancel request is delivered as soon as its commit is heard of, not after
+            # one more round trip: the heartbeat that follows confirms it, and applies
+            # ``force``.
+            with hints.subscribe(h.CANCEL) as sub:
+                while True:
+                    keys = await sub.get(None)
+                    held = [self.running.get(int(k)) for k in keys if k.isdigit()]
+                    for run in held:
+                        if run is not None and not run.finishing:
+                            self.interrupt(run, "cancel")
+                    if h.ANY in keys or any(held):
+                        self.heartbeater.wake()
+
+        await asyncio.gather(enqueued(), control(), cancels())
 
     # -- running jobs --------------------------------------------------------------------
 

@@ -125,6 +125,39 @@ async def test_cancelling_a_running_job_persists_a_completed_record_with_every_s
     assert repo.used == 0
 
 
+async def test_a_cancel_reaches_the_handler_from_its_notification_before_any_heartbeat(
+    app: App, workers: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, seen = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def listens(ctx: tether.JobContext) -> None:
+        started.set()
+        await ctx.cancelled.wait()
+        seen.set()
+        await forever()
+
+    worker = await workers()
+    job = await listens.enqueue()
+    await asyncio.wait_for(started.wait(), 10)
+    # From now on no heartbeat answers until the handler has seen the request: only the
+    # notification of the committed request can have told the worker.
+    gate = asyncio.Event()
+    real = worker.store.heartbeat
+
+    async def held(*args: object) -> object:
+        await gate.wait()
+        return await real(*args)
+
+    monkeypatch.setattr(worker.store, "heartbeat", held)
+    try:
+        await app.cancel(job.id, reason="now", wait=0)
+        await asyncio.wait_for(seen.wait(), 10)
+    finally:
+        gate.set()
+    assert (await app.wait(job.id, timeout=10)).state is JobState.CANCELLED
+
+
 async def test_cancelling_a_queued_job_records_completed_with_stop_runners_skipped(
     app: App,
 ) -> None:

@@ -56,7 +56,12 @@ from tether.store.rows import (
 log = logging.getLogger("tether.store")
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 
-CHANNELS = {"tether_enqueued": h.ENQUEUED, "tether_control": h.CONTROL, "tether_changed": h.CHANGED}
+CHANNELS = {
+    "tether_enqueued": h.ENQUEUED,
+    "tether_control": h.CONTROL,
+    "tether_cancel": h.CANCEL,
+    "tether_changed": h.CHANGED,
+}
 MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
@@ -579,7 +584,7 @@ class PostgresStore:
             "actor": actor,
             "cascade": cascade,
         }
-        return await self._control(Q_CANCEL, args, job_id, "tether_control")
+        return await self._control(Q_CANCEL, args, job_id, "tether_cancel")
 
     async def _control(
         self, query: LiteralString, args: dict[str, Any], job_id: int, running_channel: str

@@ -330,7 +330,7 @@ class SqliteStore:
 
         job = await self._write_async(run)
         if job.state == "running":
-            self.hints.publish(h.CONTROL, [str(job_id)])
+            self.hints.publish(h.CANCEL, [str(job_id)])
         return job
 
     async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
@@ -1059,24 +1059,30 @@ class SqliteStore:
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
             try:
-                seen, changed, requests = await self._call(self._foreign_commits, seen)
+                seen, changed, cancels, pauses = await self._call(self._foreign_commits, seen)
             except StoreError:
                 continue  # the loops that need the database report its failures
             if changed:
                 self.hints.publish(h.ENQUEUED, [h.ANY])
                 self.hints.publish(h.CHANGED, [h.ANY])
-                self.hints.publish(h.CONTROL, [str(i) for i in requests])
+                self.hints.publish(h.CANCEL, [str(i) for i in cancels])
+                self.hints.publish(h.CONTROL, [str(i) for i in pauses])
 
-    def _foreign_commits(self, seen: int | None) -> tuple[int, bool, list[int]]:
+    def _foreign_commits(self, seen: int | None) -> tuple[int, bool, list[int], list[int]]:
+        """(data version, whether it moved, running jobs with a cancel request, those
+        with only a pause request)."""
         conn = self._db()
         version = int(conn.execute("PRAGMA data_version").fetchone()[0])
         if version == seen:
-            return version, False, []
+            return version, False, [], []
         rows = conn.execute(
-            "SELECT id FROM tether_jobs WHERE state = 'running' AND "
+            "SELECT id, cancel_requested_at IS NOT NULL FROM tether_jobs "
+            "WHERE state = 'running' AND "
             "(cancel_requested_at IS NOT NULL OR pause_requested_at IS NOT NULL)"
         ).fetchall()
-        return version, seen is not None, [r[0] for r in rows]
+        cancels = [r[0] for r in rows if r[1]]
+        pauses = [r[0] for r in rows if not r[1]]
+        return version, seen is not None, cancels, pauses
 
     # -- API: tokens, audit log, live feed -------------------------------------------
 
