@@ -292,15 +292,22 @@ class Claimer(Service):
             *(
                 w.store.claim(w.id, w.config.queues, w.task_names, size, w.config.lease_duration)
                 for size in sizes
-            )
+            ),
+            return_exceptions=True,
         )
-        got = 0
-        for jobs in rounds:
+        got, full, failure = 0, True, None
+        for size, jobs in zip(sizes, rounds, strict=True):
+            if isinstance(jobs, BaseException):
+                # The other claim's jobs are ours all the same: run them, then report.
+                failure, full = jobs, False
+                continue
             got += len(jobs)
+            full = full and len(jobs) == size
             for job in jobs:
                 w.launch(job, leased_at=sent)
         self.claimed += got
-        full = all(len(jobs) == size for jobs, size in zip(rounds, sizes, strict=True))
+        if failure is not None:
+            raise failure
         if full and w.free_slots() > 0 and self.ramp is None:
             self.wake()  # there may be more waiting
         return got

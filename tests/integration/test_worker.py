@@ -357,6 +357,40 @@ async def test_lost_lease_stops_the_job_and_records_nothing(app: App) -> None:
     await worker.stop()
 
 
+async def test_two_claims_at_once_and_one_fails_the_other_jobs_still_run(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = asyncio.Event()
+
+    @app.task
+    async def held(ctx: tether.JobContext) -> None:
+        await release.wait()
+
+    worker = Worker(app, fast_config(concurrency=4, claim_batch=2))
+    await worker.start(services=False)
+    await app.enqueue_many([(held, {})] * 4)
+    store = worker.store
+    real, calls = store.claim, 0
+
+    async def second_fails(*args: Any) -> list[tether.Job]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise tether.StoreError("connection lost")
+        return await real(*args)
+
+    monkeypatch.setattr(store, "claim", second_fails)
+    with pytest.raises(tether.StoreError):
+        await worker.claimer.run_once()
+    # The claim that went through leased two jobs: they run here, not wait for rescue.
+    assert calls == 2 and len(worker.running) == 2
+    assert (await app.stats())["running"] == 2
+    release.set()
+    await worker.wait_idle()
+    await worker.stop()
+    assert (await app.stats())["succeeded"] == 2
+
+
 async def test_heartbeat_extends_leases_and_flushes_progress(app: App) -> None:
     go = asyncio.Event()
 
