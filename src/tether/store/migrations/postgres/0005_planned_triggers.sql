@@ -5,6 +5,8 @@
 -- reuse a nested-loop join of the transition tables planned for one row. Planning it
 -- every time cost about as much as the claim itself. Pairing old and new rows by
 -- grouping instead of joining them has no quadratic plan, so the query can be cached.
+-- The workflow step now runs only when a changed row takes part in a workflow, which
+-- the new rows themselves say.
 
 CREATE OR REPLACE FUNCTION tether_jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -12,18 +14,23 @@ DECLARE
     deltas JSONB;
     changed BIGINT[];
     requeued BOOLEAN;
+    linked BOOLEAN;
 BEGIN
     WITH pairs AS MATERIALIZED (
         -- Each id appears once in old_rows and once in new_rows; only the new row
         -- fills the columns after src.
         SELECT id, max(src) AS src, max(dst) AS dst, max(worker_id) AS worker_id,
-               max(actor) AS actor, max(reason) AS reason, max(limits) AS limits
+               max(actor) AS actor, max(reason) AS reason, max(limits) AS limits,
+               bool_or(in_workflow) AS in_workflow
         FROM (
             SELECT id, state AS src, NULL::text AS dst, NULL::text AS worker_id,
-                   NULL::text AS actor, NULL::text AS reason, NULL::text[] AS limits
+                   NULL::text AS actor, NULL::text AS reason, NULL::text[] AS limits,
+                   NULL::boolean AS in_workflow
             FROM old_rows
             UNION ALL
-            SELECT id, NULL, state, worker_id, actor, reason, limits FROM new_rows
+            SELECT id, NULL, state, worker_id, actor, reason, limits,
+                   has_children OR has_dependents OR parent_id IS NOT NULL OR waiting_children
+            FROM new_rows
         ) AS sides
         GROUP BY id
         HAVING max(src) <> max(dst)
@@ -53,8 +60,9 @@ BEGIN
            (SELECT jsonb_object_agg(name, jsonb_build_array(used, held)) FROM per_limit),
            (SELECT array_agg(id ORDER BY id) FROM pairs WHERE dst <> 'running'),
            (SELECT bool_or(dst IN ('queued', 'retrying')) FROM pairs),
+           (SELECT bool_or(in_workflow) FROM pairs WHERE dst <> 'running'),
            (SELECT count(*) FROM events)
-    INTO bad, deltas, changed, requeued;
+    INTO bad, deltas, changed, requeued, linked;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'tether: illegal transition %', bad USING ERRCODE = 'check_violation';
     END IF;
@@ -71,7 +79,9 @@ BEGIN
         IF requeued THEN
             PERFORM pg_notify('tether_enqueued', '*');
         END IF;
-        PERFORM tether_workflow_step(changed);
+        IF linked THEN
+            PERFORM tether_workflow_step(changed);
+        END IF;
     END IF;
     RETURN NULL;
 END
