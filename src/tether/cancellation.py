@@ -362,6 +362,65 @@ class CancellationService:
         assert row is not None
         return _from_record(record_from_row(row), job, started)
 
+    async def follow_up(self, limit: int = 100) -> list[str]:
+        """Complete ``partial`` records whose only trouble was a job still running when
+        the request stopped waiting, once every such job has stopped; returns their ids.
+
+        ``cancel(wait=0)`` on a running job settles its record at once, as ``partial``;
+        without this, the record would say so after the job ended cancelled.
+        """
+        done: list[str] = []
+        for row in await self.store.list_cancellations(limit, 0, status="partial"):
+            record = record_from_row(row)
+            waited = [
+                i
+                for step in record.steps
+                if step.name == "stop_runners"
+                for i in step.details.get("still_running", [])
+            ]
+            if not waited:
+                continue  # partial for another reason (an abandoned handler, say)
+            jobs = await self._read(waited)
+            if any(j.state is JobState.RUNNING for j in jobs):
+                continue
+            await self._complete_follow_up(record, jobs)
+            done.append(record.id)
+        return done
+
+    async def _complete_follow_up(self, record: CancellationRecord, jobs: list[Job]) -> None:
+        ids = {j.id for j in jobs}
+        result = dict(record.result or {})
+        errors = [
+            e
+            for e in result.get("errors", [])
+            if not any(e.startswith(f"job {i} still running") for i in ids)
+        ]
+        ended = {str(j.id): j.state.value for j in jobs}
+        runners = [f"job {j.id} on {j.worker_id} ({j.stopped_by})" for j in jobs if j.stopped_by]
+        step = CancellationStep(
+            "follow_up",
+            "completed",
+            _now(),
+            _now(),
+            {"ended": ended, "runners_terminated": runners},
+        )
+        for key, state in (
+            ("tasks_cancelled", JobState.CANCELLED),
+            ("tasks_completed", JobState.SUCCEEDED),
+            ("tasks_failed", JobState.FAILED),
+        ):
+            result[key] = sorted({*result.get(key, []), *(j.id for j in jobs if j.state is state)})
+        result["runners_terminated"] = [*result.get("runners_terminated", []), *runners]
+        result["errors"] = errors
+        await self.store.update_cancellation(
+            record.id,
+            "partial" if errors else "completed",
+            [*(dataclasses.asdict(s) for s in record.steps), dataclasses.asdict(step)],
+            result,
+            "; ".join(errors) or None,
+            True,
+        )
+
     async def _settle(self, ids: list[int], timeout: float) -> list[Job]:
         """The jobs once none of them runs any more, or as they are at ``timeout``."""
         loop = asyncio.get_running_loop()

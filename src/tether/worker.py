@@ -7,7 +7,9 @@ One worker is one asyncio loop with a few small services:
   learns of cancel requests and lost leases; it also fences the worker itself when
   the database has been unreachable for too long;
 - the completer records outcomes in batches, fenced by lease token;
-- the rescuer (maintenance) recovers other workers' zombie jobs.
+- the rescuer (maintenance) recovers other workers' zombie jobs;
+- the cancellation follow-up (maintenance) completes records that settled while their
+  job still ran.
 
 No task per job is spent on heartbeats, nor on waiting for the handler: an async handler
 is the job's only task, and everything after it runs in callbacks. A slot is free once
@@ -32,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
 from tether import metrics
+from tether.cancellation import CancellationService
 from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, start_handler
 from tether.job import Beat, Job, Outcome
-from tether.maintenance import Rescuer
+from tether.maintenance import CancellationFollowUp, Rescuer
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -345,6 +348,7 @@ class Worker:
         self.heartbeater: Heartbeater
         self.completer: Completer
         self.rescuer: Rescuer
+        self.follow_up: CancellationFollowUp
 
     @property
     def store(self) -> Store:
@@ -380,8 +384,20 @@ class Worker:
             interval=self.config.rescue_interval,
             session_grace=self.config.dead_session_grace,
         )
+        self.follow_up = CancellationFollowUp(
+            CancellationService(self._store, self.app.config.wait_poll_interval),
+            interval=self.config.rescue_interval,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
+        )
         await self._open()
-        self._services = [self.completer, self.heartbeater, self.rescuer, self.claimer]
+        self._services = [
+            self.completer,
+            self.heartbeater,
+            self.rescuer,
+            self.follow_up,
+            self.claimer,
+        ]
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",
             self.id,

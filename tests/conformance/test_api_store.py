@@ -76,3 +76,13 @@ async def test_cancellations_of_an_owner(store: Store) -> None:
     assert [c.id for c in await store.list_owned_cancellations("alice", 10, 0)] == ["c1"]
     assert await store.list_owned_cancellations("alice", 10, 1) == []
     assert await store.list_owned_cancellations("carol", 10, 0) == []
+
+
+async def test_cancellations_filtered_by_status(store: Store) -> None:
+    for cid in ("c1", "c2", "c3"):
+        job = await enqueue_one(store)
+        await store.create_cancellation(cid, job.id, None, "r", False, True, "t")
+    await store.update_cancellation("c2", "partial", [], {"errors": ["e"]}, "e", True)
+    assert [c.id for c in await store.list_cancellations(10, 0, status="partial")] == ["c2"]
+    assert await store.list_cancellations(10, 0, status="failed") == []
+    assert {c.id for c in await store.list_cancellations(10, 0)} == {"c1", "c2", "c3"}

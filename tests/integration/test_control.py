@@ -370,6 +370,14 @@ async def test_cancel_that_outlasts_its_wait_is_partial_and_the_job_still_ends_c
     assert (ok, errors) == (False, result.errors)
     final = await app.wait(job.id, timeout=10)
     assert (final.state, final.stopped_by) == (JobState.CANCELLED, "task_cancelled")
+    # Once the job has stopped, a worker's follow-up completes the record.
+    record = await eventually(lambda: _record_in(app, job.id, "completed"))
+    follow = record.steps[-1]
+    assert (follow.name, follow.details["ended"]) == ("follow_up", {str(job.id): "cancelled"})
+    assert record.error is None and record.result is not None
+    assert record.result["errors"] == [] and record.result["tasks_cancelled"] == [job.id]
+    assert any("(task_cancelled)" in r for r in record.result["runners_terminated"])
+    assert await app.wait_cancelled(job.id, timeout=1) == (True, [])
 
 
 # -- escalation --------------------------------------------------------------------------

@@ -178,8 +178,10 @@ class Store(Protocol):
     ) -> CancellationRow | None:
         """The cancellation record of a job, or with a request id."""
 
-    async def list_cancellations(self, limit: int, offset: int) -> list[CancellationRow]:
-        """Cancellation records, newest first."""
+    async def list_cancellations(
+        self, limit: int, offset: int, status: str | None = None
+    ) -> list[CancellationRow]:
+        """Cancellation records, newest first (only those with ``status``, if given)."""
 
     # -- workers -----------------------------------------------------------------------
 

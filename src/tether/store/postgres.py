@@ -766,12 +766,15 @@ class PostgresStore:
             row = await cur.fetchone()
         return self._rows.cancellation(row) if row else None
 
-    async def list_cancellations(self, limit: int, offset: int) -> list[CancellationRow]:
+    async def list_cancellations(
+        self, limit: int, offset: int, status: str | None = None
+    ) -> list[CancellationRow]:
         async with self._conn() as conn:
             cur = await conn.execute(
-                "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
-                "LIMIT %s OFFSET %s",
-                (limit, offset),
+                "SELECT * FROM tether_cancellations WHERE %(status)s::text IS NULL "
+                "OR status = %(status)s ORDER BY initiated_at DESC, id "
+                "LIMIT %(limit)s OFFSET %(offset)s",
+                {"status": status, "limit": limit, "offset": offset},
             )
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
 

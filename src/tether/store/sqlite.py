@@ -559,12 +559,14 @@ class SqliteStore:
 
         return await self._call(run)
 
-    async def list_cancellations(self, limit: int, offset: int) -> list[CancellationRow]:
+    async def list_cancellations(
+        self, limit: int, offset: int, status: str | None = None
+    ) -> list[CancellationRow]:
         def run() -> list[CancellationRow]:
             rows = self._db().execute(
-                "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
-                "LIMIT ? OFFSET ?",
-                (limit, offset),
+                "SELECT * FROM tether_cancellations WHERE ?1 IS NULL OR status = ?1 "
+                "ORDER BY initiated_at DESC, id LIMIT ?2 OFFSET ?3",
+                (status, limit, offset),
             )
             return [self._rows.cancellation(r) for r in rows]
 
