@@ -191,3 +191,29 @@ async def test_bulk_enqueue_accepts_int_and_float_delays_and_timeouts_together(
     assert [j.timeout for j in jobs] == [1.5, 30.0, None]
     assert jobs[1].run_at - jobs[1].created_at > timedelta(seconds=59)
     assert jobs[0].run_at == jobs[0].created_at
+
+
+async def test_linked_batch_with_idempotency_keys_links_to_the_jobs_the_keys_name(
+    store: Store,
+) -> None:
+    [old] = await store.enqueue([new_job(idempotency_key="a")])
+    batch = [
+        new_job(idempotency_key="a"),  # the job already there
+        new_job(depends_on_batch=(0,)),  # so: depends on it
+        new_job(idempotency_key="z"),
+        new_job(idempotency_key="z"),  # the same new job as the entry before
+        new_job(depends_on_batch=(3,), depends_on=(old.id,)),
+    ]
+    out = await store.enqueue(batch)
+    assert out[0] == old
+    assert out[2] == out[3] and out[2].id > old.id
+    assert [j.state for j in out] == [JobState.QUEUED, JobState.BLOCKED] + [JobState.QUEUED] * 2 + [
+        JobState.BLOCKED
+    ]
+    assert len({out[1].id, out[2].id, out[4].id, old.id}) == 4
+    assert await store.dependencies(out[1].id) == ([old.id], [])
+    assert await store.dependencies(out[4].id) == (sorted([old.id, out[2].id]), [])
+    upstream, dependents = await store.dependencies(old.id)
+    assert (upstream, sorted(dependents)) == ([], [out[1].id, out[4].id])
+    # Nothing else was written: one new job per distinct entry.
+    assert sum((await store.count_by_state()).values()) == 4

@@ -57,11 +57,12 @@ def load_migrations(dialect: str) -> list[Migration]:
 
 
 def check_dependencies(wanted: Sequence[int], found: dict[int, str]) -> None:
-    """Refuse dependencies that do not exist or can never succeed."""
-    missing = sorted(set(wanted) - set(found))
+    """Refuse dependencies that do not exist or can never succeed (``found``: the state
+    of each job known, a superset of ``wanted`` or not)."""
+    missing = sorted({i for i in wanted if i not in found})
     if missing:
         raise InvalidJobError(f"unknown dependency id(s): {', '.join(map(str, missing))}")
-    dead = sorted(i for i, state in found.items() if state in ("failed", "cancelled"))
+    dead = sorted({i for i in wanted if found[i] in ("failed", "cancelled")})
     if dead:
         raise InvalidJobError(
             f"dependency {dead[0]} is {found[dead[0]]}; a job depending on it could never run"

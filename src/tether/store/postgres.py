@@ -236,13 +236,19 @@ WHERE id IN (SELECT id FROM tether_jobs WHERE state = 'running'
 RETURNING {JOB_COLUMNS}
 """
 
-Q_INSERT_ONE: LiteralString = f"""
-INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
-                         owner, idempotency_key, actor, budget, limits, parent_id)
-VALUES (%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(key)s, %(state)s,
-        %(max_attempts)s, %(timeout)s, now() + make_interval(secs => %(delay)s), %(owner)s,
-        %(idem)s, 'enqueue', %(budget)s, %(limits)s::text[], %(parent)s)
-ON CONFLICT (idempotency_key) DO NOTHING
+# Linked jobs (dependencies, a parent) arrive with ids drawn from the sequence already.
+Q_INSERT_LINKED: LiteralString = f"""
+INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
+                         run_at, owner, idempotency_key, actor, budget, limits, parent_id,
+                         has_dependents)
+SELECT i, t, a::jsonb, q, p, k, st, m, tmo, now() + make_interval(secs => d), o, ik,
+       'enqueue', b, CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(
+           l::jsonb)) END, par, hd
+FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
+            %s::text[], %s::int[], %s::float8[], %s::float8[], %s::text[], %s::text[],
+            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[])
+     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd)
+ORDER BY i
 RETURNING {JOB_COLUMNS}
 """
 
@@ -468,63 +474,114 @@ class PostgresStore:
         return out
 
     async def _enqueue_linked(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """Jobs with dependencies or a parent, one by one in one transaction."""
-        out: list[Job] = []
+        """Jobs with dependencies or a parent, in a few statements however many there are.
+
+        Ids are drawn from the sequence first, so that dependencies on earlier entries
+        of the batch are known before anything is written.
+        """
         async with self._conn() as conn, conn.transaction():
-            for j in jobs:
-                deps = sorted({*j.depends_on, *(out[i].id for i in j.depends_on_batch)})
-                state = "queued"
-                if deps:
-                    # FOR SHARE: an upstream job cannot finish between this check and our
-                    # commit, so its trigger will see the new dependency.
-                    cur = await conn.execute(
-                        "SELECT id, state FROM tether_jobs WHERE id = ANY(%s) FOR SHARE", (deps,)
-                    )
-                    found = {r["id"]: r["state"] for r in await cur.fetchall()}
-                    check_dependencies(deps, found)
-                    if any(st != "succeeded" for st in found.values()):
-                        state = "blocked"
+            keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
+            existing: dict[str, Job] = {}
+            if keys:
+                await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
                 cur = await conn.execute(
-                    Q_INSERT_ONE,
-                    {
-                        "task": j.task,
-                        "args": j.args_json,
-                        "queue": j.queue,
-                        "priority": j.priority,
-                        "key": j.key,
-                        "state": state,
-                        "max_attempts": j.max_attempts,
-                        "timeout": j.timeout,
-                        "delay": float(j.delay),
-                        "owner": j.owner,
-                        "idem": j.idempotency_key,
-                        "budget": j.budget,
-                        "limits": list(j.limits) or None,
-                        "parent": j.parent_id,
-                    },
+                    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = ANY(%s)",
+                    (keys,),
                 )
-                row = await cur.fetchone()
-                if row is None:
-                    cur = await conn.execute(
-                        f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = %s",
-                        (j.idempotency_key,),
-                    )
-                    row = await cur.fetchone()
-                    assert row is not None
-                elif deps:
-                    await conn.execute(
-                        "INSERT INTO tether_dependencies (job_id, depends_on) "
-                        "SELECT %s, unnest(%s::bigint[])",
-                        (row["id"], deps),
-                    )
-                    await conn.execute(
-                        "UPDATE tether_jobs SET has_dependents = true "
-                        "WHERE id = ANY(%s) AND NOT has_dependents",
-                        (deps,),
-                    )
-                out.append(self._rows.job(row))
-            await self._notify(conn, "tether_enqueued", sorted({j.queue for j in out}))
-        return out
+                existing = {r["idempotency_key"]: self._rows.job(r) for r in await cur.fetchall()}
+            # Each entry stands for a new row, or for the job its idempotency key names.
+            first: dict[str, int] = {}
+            fresh = []
+            for i, j in enumerate(jobs):
+                k = j.idempotency_key
+                if k is None or (k not in existing and k not in first):
+                    fresh.append(i)
+                    if k is not None:
+                        first[k] = i
+            cur = await conn.execute(
+                "SELECT nextval('tether_jobs_id_seq') AS id FROM generate_series(1, %s)",
+                (len(fresh),),
+            )
+            ids = [0] * len(jobs)
+            for i, new_id in zip(fresh, sorted(r["id"] for r in await cur.fetchall()), strict=True):
+                ids[i] = new_id
+            for i, j in enumerate(jobs):
+                k = j.idempotency_key
+                if k is not None and k in existing:
+                    ids[i] = existing[k].id
+                elif k is not None and first[k] != i:
+                    ids[i] = ids[first[k]]
+            deps = {
+                i: sorted({*jobs[i].depends_on, *(ids[b] for b in jobs[i].depends_on_batch)})
+                for i in fresh
+            }
+            new_ids = {ids[i] for i in fresh}
+            outside = sorted({d for ds in deps.values() for d in ds} - new_ids)
+            found: dict[int, str] = {}
+            if outside:
+                # FOR SHARE: an upstream job cannot finish between this check and our
+                # commit, so its trigger will see the new dependencies.
+                cur = await conn.execute(
+                    "SELECT id, state FROM tether_jobs WHERE id = ANY(%s) FOR SHARE", (outside,)
+                )
+                found = {r["id"]: r["state"] for r in await cur.fetchall()}
+            # A new job of this batch has not succeeded: its dependents start blocked.
+            found.update(dict.fromkeys(new_ids, "queued"))
+            for ds in deps.values():
+                check_dependencies(ds, found)
+            upstream = {d for ds in deps.values() for d in ds}
+            cols: list[list[Any]] = [[] for _ in range(16)]
+            for i in fresh:
+                j = jobs[i]
+                blocked = any(found[d] != "succeeded" for d in deps[i])
+                for col, value in zip(
+                    cols,
+                    (
+                        ids[i],
+                        j.task,
+                        j.args_json,
+                        j.queue,
+                        j.priority,
+                        j.key,
+                        "blocked" if blocked else "queued",
+                        j.max_attempts,
+                        None if j.timeout is None else float(j.timeout),
+                        float(j.delay),
+                        j.owner,
+                        j.idempotency_key,
+                        j.budget,
+                        json.dumps(j.limits) if j.limits else None,
+                        j.parent_id,
+                        ids[i] in upstream,
+                    ),
+                    strict=True,
+                ):
+                    col.append(value)
+            cur = await conn.execute(Q_INSERT_LINKED, cols)
+            rows = {r["id"]: self._rows.job(r) for r in await cur.fetchall()}
+            pairs = [(ids[i], d) for i in fresh for d in deps[i]]
+            if pairs:
+                await conn.execute(
+                    "INSERT INTO tether_dependencies (job_id, depends_on) "
+                    "SELECT * FROM unnest(%s::bigint[], %s::bigint[])",
+                    ([a for a, _ in pairs], [b for _, b in pairs]),
+                )
+            if outside:
+                await conn.execute(
+                    "UPDATE tether_jobs SET has_dependents = true "
+                    "WHERE id = ANY(%s) AND NOT has_dependents",
+                    (sorted(upstream - new_ids),),
+                )
+            await self._notify(conn, "tether_enqueued", sorted({jobs[i].queue for i in fresh}))
+        by_key = {k: rows[ids[i]] for k, i in first.items()}
+        return [
+            existing[j.idempotency_key]
+            if j.idempotency_key in existing
+            else by_key[j.idempotency_key]
+            if j.idempotency_key is not None
+            else rows[ids[i]]
+            for i, j in enumerate(jobs)
+        ]
 
     async def get(self, job_id: int) -> Job | None:
         async with self._conn() as conn:
