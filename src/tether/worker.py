@@ -125,7 +125,7 @@ class Heartbeater(Service):
         """Extend every lease; act on lost leases and control requests."""
         w = self.worker
         loop = asyncio.get_running_loop()
-        runs = [r for r in w.running.values() if r.interrupt != "lease_lost"]
+        runs = w.beating()
         beats = [_beat(r) for r in runs]
         sent = loop.time()
         # A stalled or blackholed connection must not keep us waiting past the moment
@@ -838,9 +838,18 @@ class Worker:
 
     # -- for tests and tools -------------------------------------------------------------
 
+    def beating(self) -> list[Run]:
+        """The attempts whose leases the next heartbeat extends.
+
+        Not those whose lease is lost, nor those whose outcome is being written: the
+        completer holds their rows, and a heartbeat waiting on its locks (or taking
+        them in another order) would only slow it down.
+        """
+        return [r for r in self.running.values() if r.interrupt != "lease_lost" and not r.finishing]
+
     def beats(self) -> list[Beat]:
         """The leases the next heartbeat would extend."""
-        return [_beat(r) for r in self.running.values()]
+        return [_beat(r) for r in self.beating()]
 
     async def wait_idle(self, timeout: float = 30.0) -> None:
         """Wait until no job runs on this worker (for tests and the demo)."""

@@ -105,7 +105,9 @@ WITH v AS (
         state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
     WHERE id = %(worker)s
 ), locked AS (
-    -- Row locks in id order: a concurrent completion (same order) cannot deadlock us.
+    -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
+    -- worker's completions and its heartbeat never share rows: it does not beat for
+    -- the jobs whose outcome it is writing.)
     SELECT j.id FROM tether_jobs j JOIN v ON v.id = j.id ORDER BY j.id FOR UPDATE OF j
 )
 UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
@@ -120,7 +122,8 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
 """
 
 _EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
-# One fenced statement; the transition trigger sends the notifications.
+# One fenced statement; the transition trigger sends the notifications. The worker's
+# heartbeat leaves these rows alone meanwhile, so no lock-ordering pass is needed.
 Q_FINISH: LiteralString = f"""
 WITH v AS (
     -- The outcomes come as one JSON document (far cheaper for the driver to send than
@@ -128,9 +131,6 @@ WITH v AS (
     SELECT * FROM json_to_recordset(%(outcomes)s::json)
         AS v(id bigint, token bigint, state text, result text, error text, delay float8,
              reason text, usage bigint, stopped_by text, phase text, cur bigint, tot bigint)
-), locked AS (
-    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR UPDATE OF j
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
@@ -157,8 +157,9 @@ WITH v AS (
                       THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested')
                       WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
                       ELSE v.reason END
-    FROM v JOIN locked ON locked.id = v.id
-    WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+    FROM v
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
+      AND j.state = 'running'
     RETURNING j.id, j.state
 )
 SELECT id, state FROM u
