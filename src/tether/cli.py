@@ -680,6 +680,9 @@ def _progress_lines(res: CancellationResult) -> list[Text]:
             text = f"Preserved {len(d.get('artifacts_preserved', []))} artifact(s)"
         elif step.name == "dismiss":
             text = "Dismissed the failed job (failed → cancelled)"
+        elif step.name == "follow_up":
+            ended = ", ".join(f"job {i} {state}" for i, state in d.get("ended", {}).items())
+            text = f"Followed up once the job(s) stopped: {ended}"
         else:
             text = step.name
         if step.error:

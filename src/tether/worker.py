@@ -569,6 +569,15 @@ class Worker:
 
     # -- running jobs --------------------------------------------------------------------
 
+    def beating(self) -> list[Run]:
+        """The attempts whose leases the next heartbeat extends.
+
+        Not those whose lease is lost, nor those whose outcome is being written: the
+        completer holds their rows, and a heartbeat waiting on its locks (or taking
+        them in another order) would only slow it down.
+        """
+        return [r for r in self.running.values() if r.interrupt != "lease_lost" and not r.finishing]
+
     def free_slots(self) -> int:
         """How many more jobs may be claimed now.
 
@@ -837,15 +846,6 @@ class Worker:
         )
 
     # -- for tests and tools -------------------------------------------------------------
-
-    def beating(self) -> list[Run]:
-        """The attempts whose leases the next heartbeat extends.
-
-        Not those whose lease is lost, nor those whose outcome is being written: the
-        completer holds their rows, and a heartbeat waiting on its locks (or taking
-        them in another order) would only slow it down.
-        """
-        return [r for r in self.running.values() if r.interrupt != "lease_lost" and not r.finishing]
 
     def beats(self) -> list[Beat]:
         """The leases the next heartbeat would extend."""

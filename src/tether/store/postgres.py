@@ -571,7 +571,7 @@ class PostgresStore:
                 await conn.execute(
                     "UPDATE tether_jobs SET has_dependents = true "
                     "WHERE id = ANY(%s) AND NOT has_dependents",
-                    (sorted(upstream - new_ids),),
+                    (outside,),
                 )
             await self._notify(conn, "tether_enqueued", sorted({jobs[i].queue for i in fresh}))
         by_key = {k: rows[ids[i]] for k, i in first.items()}
@@ -828,12 +828,20 @@ class PostgresStore:
         self, limit: int, offset: int, status: str | None = None
     ) -> list[CancellationRow]:
         async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT * FROM tether_cancellations WHERE %(status)s::text IS NULL "
-                "OR status = %(status)s ORDER BY initiated_at DESC, id "
-                "LIMIT %(limit)s OFFSET %(offset)s",
-                {"status": status, "limit": limit, "offset": offset},
-            )
+            # Two statements, not one with an OR: the filtered one uses the partial index.
+            if status is None:
+                cur = await conn.execute(
+                    "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
+                    "LIMIT %s OFFSET %s",
+                    (limit, offset),
+                )
+            else:
+                # A literal, so that even a prepared plan knows it may use the index.
+                query = sql.SQL(
+                    "SELECT * FROM tether_cancellations WHERE status = {} "
+                    "ORDER BY initiated_at DESC, id LIMIT %s OFFSET %s"
+                ).format(sql.Literal(status))
+                cur = await conn.execute(query, (limit, offset))
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
 
     # -- workers -------------------------------------------------------------------------

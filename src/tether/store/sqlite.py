@@ -563,11 +563,19 @@ class SqliteStore:
         self, limit: int, offset: int, status: str | None = None
     ) -> list[CancellationRow]:
         def run() -> list[CancellationRow]:
-            rows = self._db().execute(
-                "SELECT * FROM tether_cancellations WHERE ?1 IS NULL OR status = ?1 "
-                "ORDER BY initiated_at DESC, id LIMIT ?2 OFFSET ?3",
-                (status, limit, offset),
-            )
+            # Two statements, not one with an OR: the filtered one uses the partial index.
+            if status is None:
+                rows = self._db().execute(
+                    "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
+                    "LIMIT ? OFFSET ?",
+                    (limit, offset),
+                )
+            else:
+                rows = self._db().execute(
+                    "SELECT * FROM tether_cancellations WHERE status = ? "
+                    "ORDER BY initiated_at DESC, id LIMIT ? OFFSET ?",
+                    (status, limit, offset),
+                )
             return [self._rows.cancellation(r) for r in rows]
 
         return await self._call(run)
