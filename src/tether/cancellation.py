@@ -372,6 +372,8 @@ class CancellationService:
         done: list[str] = []
         for row in await self.store.list_cancellations(limit, 0, status="partial"):
             record = record_from_row(row)
+            if any(step.name == "follow_up" for step in record.steps):
+                continue  # followed up already, and partial for another reason too
             waited = [
                 i
                 for step in record.steps

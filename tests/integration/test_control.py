@@ -14,6 +14,7 @@ import tether
 from tests.helpers import eventually, fast_config
 from tests.integration.control_support import StartWorker, artifact_names, assert_one_runner
 from tether import App, AppConfig, JobState, Worker
+from tether.cancellation import CancellationService
 
 STEPS = ["request", "stop_runners", "update_tasks", "clean_resources"]
 RESULT_KEYS = {
@@ -378,6 +379,34 @@ async def test_cancel_that_outlasts_its_wait_is_partial_and_the_job_still_ends_c
     assert record.result["errors"] == [] and record.result["tasks_cancelled"] == [job.id]
     assert any("(task_cancelled)" in r for r in record.result["runners_terminated"])
     assert await app.wait_cancelled(job.id, timeout=1) == (True, [])
+
+
+async def test_follow_up_keeps_other_errors_and_follows_up_once(app: App) -> None:
+    @app.task
+    async def idle(ctx: tether.JobContext) -> None:
+        return None
+
+    store = await app.store()
+    job = await idle.enqueue()
+    await app.cancel(job.id)  # a record and a cancelled job; now make the record partial
+    record = await app.cancellation(job.id)
+    assert record is not None
+    still = f"job {job.id} still running after 0s; it cannot run again"
+    other = "job 99's handler ignored cancellation and was abandoned"
+    steps = [
+        {"name": "stop_runners", "status": "failed", "started_at": "t", "completed_at": "t",
+         "details": {"runners_terminated": [], "still_running": [job.id]}, "error": still},
+    ]  # fmt: skip
+    await store.update_cancellation(
+        record.id, "partial", steps, {"errors": [still, other]}, f"{still}; {other}", True
+    )
+    service = CancellationService(store, poll_interval=0.05)
+    assert await service.follow_up() == [record.id]
+    assert await service.follow_up() == []  # once only, though it stays partial
+    after = await app.cancellation(job.id)
+    assert after is not None and after.status == "partial" and after.error == other
+    assert [s.name for s in after.steps] == ["stop_runners", "follow_up"]
+    assert after.result is not None and after.result["tasks_cancelled"] == [job.id]
 
 
 # -- escalation --------------------------------------------------------------------------
