@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
-import json
 import os
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from tether import hints as h
+from tether import payload
 from tether.cancellation import (
     CancellationRecord,
     CancellationResult,
@@ -192,9 +192,9 @@ class App:
         if not isinstance(args, dict):
             raise InvalidJobError(f"args must be a JSON object (a dict), got {type(args).__name__}")
         try:
-            args_json = json.dumps(args, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise InvalidJobError(f"args of {task_name!r} are not JSON: {exc}") from exc
+            args_json = payload.encode(args)
+        except ValueError as exc:
+            raise InvalidJobError(f"args of {task_name!r} cannot be stored: {exc}") from exc
         size = len(args_json.encode())
         if size > self.config.max_payload_bytes:
             raise PayloadTooLargeError(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from tether import payload
 from tether.errors import Cancelled, LeaseLostError, PayloadTooLargeError
 from tether.job import JSON, Job
 
@@ -136,9 +136,9 @@ class JobContext:
     async def save_checkpoint(self, data: JSON) -> None:
         """Durably save ``data``; the next attempt starts with it as ``ctx.checkpoint``."""
         try:
-            encoded = json.dumps(data, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"checkpoint is not JSON: {exc}") from exc
+            encoded = payload.encode(data)
+        except ValueError as exc:
+            raise ValueError(f"checkpoint cannot be stored: {exc}") from exc
         if len(encoded.encode()) > self._max_payload:
             raise PayloadTooLargeError(f"checkpoint exceeds {self._max_payload} bytes")
         if not await self._save(encoded):

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import secrets
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
-from tether import metrics
+from tether import metrics, payload
 from tether.cancellation import CancellationService
 from tether.config import WorkerConfig
 from tether.context import JobContext
@@ -791,9 +790,9 @@ class Worker:
             )
         if kind == "result" and not run.stopped_by_us:
             try:
-                encoded = json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                return self._failure(run, Fail(f"result is not JSON: {exc}"))
+                encoded = payload.encode(value)
+            except ValueError as exc:
+                return self._failure(run, Fail(f"result cannot be stored: {exc}"))
             if len(encoded.encode()) > self.app.config.max_payload_bytes:
                 return self._failure(run, Fail("result exceeds the payload size limit"))
             return Outcome(job.id, job.lease_token, JobState.SUCCEEDED, result_json=encoded)
@@ -874,6 +873,6 @@ def _first_line(text: str) -> str:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, Retry | Fail | TimeoutError):
-        return f"{type(exc).__name__}: {exc}"
+        return payload.printable(f"{type(exc).__name__}: {exc}")
     text = "".join(traceback.format_exception(exc))
-    return text[-ERROR_LIMIT:]
+    return payload.printable(text[-ERROR_LIMIT:])

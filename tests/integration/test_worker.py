@@ -142,6 +142,31 @@ async def test_non_json_result_fails_the_job(app: App, run_worker: Any) -> None:
     assert "not JSON" in (done.error or "")
 
 
+async def test_nul_characters_in_errors_and_results_do_not_block_other_outcomes(
+    app: App, run_worker: Any
+) -> None:
+    @app.task(max_attempts=1)
+    async def raises(ctx: tether.JobContext) -> None:
+        raise ValueError("bad \x00 byte")
+
+    @app.task(max_attempts=1)
+    async def returns(ctx: tether.JobContext) -> str:
+        return "ok\x00?"
+
+    @app.task
+    async def fine(ctx: tether.JobContext) -> int:
+        return 1
+
+    await run_worker()
+    jobs = [await raises.enqueue(), await returns.enqueue(), await fine.enqueue()]
+    done = [await app.wait(j.id, timeout=10) for j in jobs]
+    assert [d.state for d in done] == [JobState.FAILED, JobState.FAILED, JobState.SUCCEEDED]
+    assert "bad \\x00 byte" in (done[0].error or "")
+    assert "NUL" in (done[1].error or "") and done[2].result == 1
+    with pytest.raises(tether.InvalidJobError, match="NUL"):
+        await fine.enqueue(note="\x00")
+
+
 async def test_cancel_queued_job_is_immediate_and_it_never_runs(app: App) -> None:
     ran = []
 
