@@ -256,6 +256,9 @@ class Claimer(Service):
         self.claimed = 0
         self.ramp: Ramp | None = None
         self.started = asyncio.get_running_loop().time()
+        #: Set while no round is in progress (a stopping worker waits for it).
+        self.idle = asyncio.Event()
+        self.idle.set()
 
     def delay(self) -> float:
         base = super().delay()
@@ -272,6 +275,14 @@ class Claimer(Service):
         free = w.free_slots()
         if w.stopping or free <= 0:
             return 0
+        self.idle.clear()
+        try:
+            return await self._claim(free)
+        finally:
+            self.idle.set()
+
+    async def _claim(self, free: int) -> int:
+        w = self.worker
         limit = min(free, w.config.claim_batch)
         if self.ramp is not None:
             allowed = self.ramp.allowed(asyncio.get_running_loop().time() - self.started)
@@ -306,7 +317,10 @@ class Claimer(Service):
             got += len(jobs)
             full = full and len(jobs) == size
             for job in jobs:
-                w.launch(job, leased_at=sent)
+                if w.stopping:
+                    w.hand_back(job)  # the claim was out when the stop began
+                else:
+                    w.launch(job, leased_at=sent)
         self.claimed += got
         if failure is not None:
             raise failure
@@ -337,6 +351,7 @@ class Worker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._done = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
+        self._stop_started = False
         self._hard = asyncio.Event()
         #: Handlers that have not ended yet (``running`` also holds jobs whose outcome
         #: is still being written).
@@ -469,6 +484,7 @@ class Worker:
         """First call: graceful stop. Second call: stop at once."""
         if self._stop_task is None:
             log.info("stopping: no new claims; running jobs get %.0fs", self.config.stop_timeout)
+            self._halt_claims()  # now, not when the stop task first runs
             self._stop_task = asyncio.ensure_future(self.stop())
         else:
             log.warning("second stop signal: releasing running jobs now")
@@ -480,11 +496,14 @@ class Worker:
         Released jobs go back to ``queued`` with their checkpoint and without spending
         an attempt.
         """
-        if self.stopping:
+        if self._stop_started:
             await self._done.wait()
             return
-        self.stopping = True
-        self.claimer.stop()
+        self._stop_started = True
+        self._halt_claims()
+        # A claim already out hands its jobs back unstarted (see Claimer); wait for it.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.claimer.idle.wait(), self.config.stop_timeout)
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, "draining")
         await self._wait_jobs(self.config.stop_timeout)
@@ -508,6 +527,23 @@ class Worker:
         self._threads.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped", self.id)
         self._done.set()
+
+    def _halt_claims(self) -> None:
+        self.stopping = True
+        self.claimer.stop()
+
+    def hand_back(self, job: Job) -> None:
+        """Release a job claimed as the worker began to stop, without starting it (and
+        without spending its attempt)."""
+        # stop() drains the completer after the claimer's last round, so this is written.
+        self.completer.submit(
+            Outcome(
+                job.id,
+                job.lease_token,
+                JobState.QUEUED,
+                reason="released at worker shutdown (claimed as the stop began; not started)",
+            )
+        )
 
     async def _drain_completer(self) -> None:
         loop = asyncio.get_running_loop()

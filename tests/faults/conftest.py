@@ -109,8 +109,9 @@ Figures:
   stopped; `log_lines_during` counts the worker's log records during the partition;
   `rejoin_s` is from healing until the worker claimed work again.
 - sigterm: `takeup` is from a long job's release until another worker started it
-  from its checkpoint; `claimed_after_signal` counts claims the victim made after
-  the signal.
+  from its checkpoint; `started_after_signal` counts jobs that started on the victim
+  after the signal (must be 0); `in_flight_claims_handed_back` counts jobs of a claim
+  already out at the signal, which went back to the queue unstarted.
 - cancel race: `answer_*` are app.cancel()'s outcomes (`illegal`: it raised because
   the job had already succeeded); `disagreements` counts answers that contradict the
   job's final state.

@@ -328,6 +328,40 @@ async def test_graceful_stop_releases_long_job_with_checkpoint_and_next_worker_r
     assert runs == [0, 3], "the second run starts from the checkpoint"
 
 
+async def test_a_claim_out_when_the_stop_begins_hands_its_jobs_back_unstarted(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def work(ctx: tether.JobContext) -> None:
+        ran.append(ctx.id)
+
+    worker = Worker(app, fast_config())
+    await worker.start(services=False)
+    job = await work.enqueue()
+    out, gate = asyncio.Event(), asyncio.Event()
+    real = worker.store.claim
+
+    async def slow_claim(*args: Any) -> list[tether.Job]:
+        out.set()
+        await gate.wait()  # the claim is out when the signal lands
+        return await real(*args)
+
+    monkeypatch.setattr(worker.store, "claim", slow_claim)
+    claiming = asyncio.create_task(worker.claimer.run_once())
+    await out.wait()
+    worker.request_stop()
+    gate.set()
+    assert await claiming == 1
+    await asyncio.wait_for(worker.stop(), 10)
+    assert ran == []
+    after = await app.get(job.id)
+    assert (after.state, after.attempt) == (JobState.QUEUED, 0)
+    last = (await app.events(job.id))[-1]
+    assert last.from_state is JobState.RUNNING and "not started" in (last.reason or "")
+
+
 async def test_short_jobs_finish_during_graceful_stop(app: App) -> None:
     gate = asyncio.Event()
 

@@ -69,15 +69,21 @@ FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one paylo
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 
+# Every enqueue, one statement for the whole batch. Linked jobs (dependencies, a parent)
+# arrive with ids drawn from the sequence already; the others take theirs here, in row
+# order.
 Q_ENQUEUE: LiteralString = f"""
-INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout,
-                         run_at, owner, idempotency_key, actor, budget, limits)
-SELECT t, a::jsonb, q, p, k, 'queued', m, tmo, now() + make_interval(secs => d), o, ik,
-       'enqueue', b, CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(
-           l::jsonb)) END
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-            %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::text[])
-     AS x(t, a, q, p, k, m, tmo, d, o, ik, b, l)
+INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
+                         run_at, owner, idempotency_key, actor, budget, limits, parent_id,
+                         has_dependents)
+SELECT COALESCE(i, nextval('tether_jobs_id_seq')), t, a::jsonb, q, p, k, st, m, tmo,
+       now() + make_interval(secs => d), o, ik, 'enqueue', b,
+       CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(l::jsonb))
+       END, par, hd
+FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
+            %s::text[], %s::int[], %s::float8[], %s::float8[], %s::text[], %s::text[],
+            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[])
+     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {JOB_COLUMNS}
 """
@@ -237,22 +243,6 @@ WHERE id IN (SELECT id FROM tether_jobs WHERE state = 'running'
 RETURNING {JOB_COLUMNS}
 """
 
-# Linked jobs (dependencies, a parent) arrive with ids drawn from the sequence already.
-Q_INSERT_LINKED: LiteralString = f"""
-INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
-                         run_at, owner, idempotency_key, actor, budget, limits, parent_id,
-                         has_dependents)
-SELECT i, t, a::jsonb, q, p, k, st, m, tmo, now() + make_interval(secs => d), o, ik,
-       'enqueue', b, CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(
-           l::jsonb)) END, par, hd
-FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
-            %s::text[], %s::int[], %s::float8[], %s::float8[], %s::text[], %s::text[],
-            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[])
-     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd)
-ORDER BY i
-RETURNING {JOB_COLUMNS}
-"""
-
 Q_SPAWN: LiteralString = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
                          owner, idempotency_key, actor, budget, limits, parent_id)
@@ -296,6 +286,37 @@ def _chunks(ids: Sequence[str]) -> list[str]:
     if cur:
         out.append(cur)
     return out
+
+
+def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[Any]]:
+    """:data:`Q_ENQUEUE`'s arrays from (id or None, job, first state, has dependents)."""
+    cols: list[list[Any]] = [[] for _ in range(16)]
+    for new_id, j, state, has_dependents in rows:
+        for col, value in zip(
+            cols,
+            (
+                new_id,
+                j.task,
+                j.args_json,
+                j.queue,
+                j.priority,
+                j.key,
+                state,
+                j.max_attempts,
+                # float8[] columns: psycopg refuses a list mixing int and float.
+                None if j.timeout is None else float(j.timeout),
+                float(j.delay),
+                j.owner,
+                j.idempotency_key,
+                j.budget,
+                json.dumps(j.limits) if j.limits else None,
+                j.parent_id,
+                has_dependents,
+            ),
+            strict=True,
+        ):
+            col.append(value)
+    return cols
 
 
 class PostgresStore:
@@ -414,30 +435,9 @@ class PostgresStore:
             return []
         if any(j.parent_id or j.depends_on or j.depends_on_batch for j in jobs):
             return await self._enqueue_linked(jobs)
-        cols: list[list[Any]] = [[] for _ in range(12)]
-        for j in jobs:
-            for col, value in zip(
-                cols,
-                (
-                    j.task,
-                    j.args_json,
-                    j.queue,
-                    j.priority,
-                    j.key,
-                    j.max_attempts,
-                    # float8[] columns: psycopg refuses a list mixing int and float.
-                    None if j.timeout is None else float(j.timeout),
-                    float(j.delay),
-                    j.owner,
-                    j.idempotency_key,
-                    j.budget,
-                    json.dumps(j.limits) if j.limits else None,
-                ),
-                strict=True,
-            ):
-                col.append(value)
+        cols = _columns([(None, j, "queued", False) for j in jobs])
         async with self._conn() as conn, conn.transaction():
-            keys = [k for k in cols[9] if k is not None]
+            keys = [j.idempotency_key for j in jobs if j.idempotency_key is not None]
             if keys:
                 await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
             cur = await conn.execute(Q_ENQUEUE, cols)
@@ -531,34 +531,18 @@ class PostgresStore:
             for ds in deps.values():
                 check_dependencies(ds, found)
             upstream = {d for ds in deps.values() for d in ds}
-            cols: list[list[Any]] = [[] for _ in range(16)]
-            for i in fresh:
-                j = jobs[i]
-                blocked = any(found[d] != "succeeded" for d in deps[i])
-                for col, value in zip(
-                    cols,
+            cols = _columns(
+                [
                     (
                         ids[i],
-                        j.task,
-                        j.args_json,
-                        j.queue,
-                        j.priority,
-                        j.key,
-                        "blocked" if blocked else "queued",
-                        j.max_attempts,
-                        None if j.timeout is None else float(j.timeout),
-                        float(j.delay),
-                        j.owner,
-                        j.idempotency_key,
-                        j.budget,
-                        json.dumps(j.limits) if j.limits else None,
-                        j.parent_id,
+                        jobs[i],
+                        "blocked" if any(found[d] != "succeeded" for d in deps[i]) else "queued",
                         ids[i] in upstream,
-                    ),
-                    strict=True,
-                ):
-                    col.append(value)
-            cur = await conn.execute(Q_INSERT_LINKED, cols)
+                    )
+                    for i in fresh
+                ]
+            )
+            cur = await conn.execute(Q_ENQUEUE, cols)
             rows = {r["id"]: self._rows.job(r) for r in await cur.fetchall()}
             pairs = [(ids[i], d) for i in fresh for d in deps[i]]
             if pairs:
