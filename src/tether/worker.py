@@ -84,6 +84,9 @@ class Completer(Service):
         self.store = store
         self.worker_id = worker_id
         self.pending: list[tuple[Outcome, asyncio.Future[bool]]] = []
+        #: Set while no write is in progress (a stopping worker waits for it).
+        self.idle = asyncio.Event()
+        self.idle.set()
 
     def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
         """Queue an outcome; the future says whether the store accepted it."""
@@ -97,11 +100,14 @@ class Completer(Service):
         batch, self.pending = self.pending, []
         if not batch:
             return 0
+        self.idle.clear()
         try:
             accepted = await self.store.finish(self.worker_id, [o for o, _ in batch])
         except BaseException:
             self.pending[:0] = batch
             raise
+        finally:
+            self.idle.set()
         for outcome, fut in batch:
             if not fut.done():
                 fut.set_result(outcome.job_id in accepted)
@@ -548,7 +554,14 @@ class Worker:
     async def _drain_completer(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10.0
-        while self.completer.pending and loop.time() < deadline:
+        while loop.time() < deadline:
+            if not self.completer.idle.is_set():
+                # The service's own write is out: let it land (or fail back into pending).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.completer.idle.wait(), deadline - loop.time())
+                continue
+            if not self.completer.pending:
+                return
             try:
                 await self.completer.run_once()
             except Exception as exc:

@@ -363,17 +363,20 @@ async def test_a_claim_out_when_the_stop_begins_hands_its_jobs_back_unstarted(
 
 
 async def test_short_jobs_finish_during_graceful_stop(app: App) -> None:
-    gate = asyncio.Event()
+    started, gate = asyncio.Event(), asyncio.Event()
 
     @app.task
     async def short(ctx: tether.JobContext) -> str:
+        started.set()
         await gate.wait()
         return "ok"
 
     worker = Worker(app, fast_config(stop_timeout=10))
     await worker.start()
     job = await short.enqueue()
-    await eventually(lambda: _in_state(app, job.id, JobState.RUNNING))
+    # Started, not only claimed: a claim still on its way when the stop begins hands
+    # its jobs back unstarted.
+    await asyncio.wait_for(started.wait(), 10)
     stopping = asyncio.create_task(worker.stop())
     await asyncio.sleep(0)  # let the stop begin before the job may finish
     later = await short.enqueue()
