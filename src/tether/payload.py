@@ -19,7 +19,7 @@ def encode(value: Any) -> str:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"not JSON: {exc}") from exc
     if "\\u0000" in text and _NUL.search(text):
-        raise ValueError("it contains a NUL character (\\x00), which cannot be stored")
+        raise ValueError("it holds a NUL character (\\x00), which PostgreSQL cannot keep")
     return text
 
 
