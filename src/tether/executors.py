@@ -216,12 +216,19 @@ class ProcessJobContext:
         self.attempt = attempt
         self.checkpoint = checkpoint
         self.cancelled = CancelSignal(threaded=True)
+        # A process hears of a graceful stop with its SIGTERM, at ``stop_timeout``.
+        self.stopping = CancelSignal(threaded=True)
         self._conn = conn
 
     def check_cancelled(self) -> None:
         """Raise :class:`~tether.errors.Cancelled` once SIGTERM has arrived."""
         if self.cancelled.is_set():
             raise Cancelled(self.cancelled.reason or "cancel")
+
+    def check_stopping(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` once the worker is stopping."""
+        if self.stopping.is_set():
+            raise Cancelled("shutdown")
 
     def save_checkpoint(self, data: JSON) -> None:
         """Durably save ``data`` through the worker (blocks until written)."""
@@ -253,7 +260,10 @@ def _child_main(
     ctx = ProcessJobContext(job_id, attempt, checkpoint, conn)
 
     def on_term(signum: int, frame: object) -> None:
-        ctx.cancelled.set(reason.value.decode() or "cancel")
+        why = reason.value.decode() or "cancel"
+        if why == "shutdown":
+            ctx.stopping.set(why)
+        ctx.cancelled.set(why)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides, not Ctrl-C

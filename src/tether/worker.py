@@ -36,7 +36,7 @@ from tether import metrics, payload
 from tether.cancellation import CancellationService
 from tether.config import WorkerConfig
 from tether.context import JobContext
-from tether.errors import ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
+from tether.errors import Cancelled, ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, start_handler
 from tether.job import Beat, Job, Outcome
 from tether.maintenance import CancellationFollowUp, Rescuer
@@ -537,6 +537,10 @@ class Worker:
     def _halt_claims(self) -> None:
         self.stopping = True
         self.claimer.stop()
+        # Every handler hears of the stop now, not at stop_timeout: it may still save a
+        # checkpoint, which its release keeps.
+        for run in self.running.values():
+            run.ctx.stopping.set("shutdown")
 
     def hand_back(self, job: Job) -> None:
         """Release a job claimed as the worker began to stop, without starting it (and
@@ -862,7 +866,7 @@ class Worker:
                 reason=run.detail or "pause requested",
                 stopped_by=stopped_by,
             )
-        if run.interrupt == "shutdown":
+        if run.interrupt == "shutdown" or self._stepped_aside(run, kind, value):
             return Outcome(
                 job.id,
                 job.lease_token,
@@ -875,6 +879,16 @@ class Worker:
         if kind == "error":
             return self._failure(run, value)
         return self._failure(run, RuntimeError("handler was cancelled"))
+
+    @staticmethod
+    def _stepped_aside(run: Run, kind: str, value: Any) -> bool:
+        """Whether the handler ended itself because the worker is stopping: it raised
+        ``Cancelled`` (or was cancelled) after ``ctx.stopping``, unasked otherwise."""
+        return (
+            run.interrupt is None
+            and run.ctx.stopping.is_set()
+            and (kind == "cancelled" or isinstance(value, Cancelled))
+        )
 
     def _failure(self, run: Run, exc: BaseException) -> Outcome:
         job, task = run.job, run.task
