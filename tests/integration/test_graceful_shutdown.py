@@ -216,8 +216,11 @@ async def test_handler_sees_stopping_at_once_checkpoints_and_resumes_unspent(
         {"saved": "after the stop began"},
         0,
     ), "released with the checkpoint saved after the stop began, attempt not spent"
-    last = (await app.events(job.id))[-1]
-    assert (last.to_state, last.reason) == (JobState.QUEUED, "released at worker shutdown")
+    # (A claim already out when the stop began may have taken it again and handed it
+    # back unstarted: that is a later event.)
+    assert (JobState.RUNNING, JobState.QUEUED, "released at worker shutdown") in [
+        (e.from_state, e.to_state, e.reason) for e in await app.events(job.id)
+    ]
 
     second = Worker(app, fast_config())
     await second.start()

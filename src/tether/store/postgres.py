@@ -887,6 +887,14 @@ class PostgresStore:
                 (state, worker_id),
             )
 
+    async def set_worker_threads(self, worker_id: str, abandoned: int, pool_full: bool) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE tether_workers SET abandoned_threads = %s, thread_pool_full = %s "
+                "WHERE id = %s",
+                (abandoned, pool_full, worker_id),
+            )
+
     async def list_workers(self) -> list[WorkerInfo]:
         async with self._conn() as conn:
             cur = await conn.execute(
