@@ -7,7 +7,14 @@ import builtins
 import dataclasses
 import os
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Sequence,
+)
 from typing import Any, TypeVar, overload
 
 from tether import hints as h
@@ -68,6 +75,11 @@ class App:
         self._store_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        # One closer per loop store: an async generator parked at its ``yield``, which the
+        # loop finalizes (closing the store) when it shuts down, as ``asyncio.run`` does.
+        self._closers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[None, None]
+        ] = weakref.WeakKeyDictionary()
         self._portal = Portal()
 
     def __repr__(self) -> str:
@@ -162,7 +174,29 @@ class App:
                 for name, capacity in self.resources.items():
                     await store.define_limit(f"resource:{name}", "resource", capacity, False)
                 self._stores[loop] = store
+                closer = self._close_with_loop(loop, store)
+                # The first step registers the generator with the running loop, whose
+                # shutdown (asyncio.run, asgiref's async_to_sync) closes it; the loop only
+                # keeps a weak reference, hence ours.
+                await anext(closer)
+                self._closers[loop] = closer
         return store
+
+    async def _close_with_loop(
+        self, loop: asyncio.AbstractEventLoop, store: Store
+    ) -> AsyncGenerator[None, None]:
+        """Hold ``store`` until its loop shuts down (or :meth:`close`), then close it.
+
+        Without this, every ``asyncio.run(app.enqueue(...))`` would leave its store's
+        connections open: the loop is gone, but nothing closes what was bound to it.
+        """
+        try:
+            yield
+        finally:
+            if self._stores.get(loop) is store:
+                del self._stores[loop]
+            self._closers.pop(loop, None)
+            await store.close()
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
@@ -174,10 +208,10 @@ class App:
             await store.close()
 
     async def close(self) -> None:
-        """Close this loop's store."""
-        store = self._stores.pop(asyncio.get_running_loop(), None)
-        if store is not None:
-            await store.close()
+        """Close this loop's store (a loop that shuts down closes its own anyway)."""
+        closer = self._closers.pop(asyncio.get_running_loop(), None)
+        if closer is not None:
+            await closer.aclose()
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -552,6 +586,12 @@ class App:
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run one of this App's coroutines from sync code."""
         return self._portal.call(coro)
+
+    def close_sync(self) -> None:
+        """Close the store that sync callers share, and its background loop (a later
+        sync call opens them again)."""
+        self.run_sync(self.close())
+        self._portal.close()
 
     def get_sync(self, job_id: int) -> Job:
         """Blocking :meth:`get`."""

@@ -283,6 +283,16 @@ def worker(
             help="Seconds running jobs get to finish after SIGTERM before they are released.",
         ),
     ] = WorkerConfig.stop_timeout,
+    max_abandoned_threads: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Stop gracefully (exit code 75, for the supervisor to restart the worker) "
+            "once more than this many thread handlers that ignored being stopped still run. "
+            "Default: no limit; a full thread pool only stops thread jobs being claimed.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     metrics_port: Annotated[
         int | None,
@@ -311,7 +321,11 @@ def worker(
     app = open_app(database, app_ref)
     queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
     config = WorkerConfig(
-        concurrency=concurrency, queues=queues, name=name, stop_timeout=stop_timeout
+        concurrency=concurrency,
+        queues=queues,
+        name=name,
+        stop_timeout=stop_timeout,
+        max_abandoned_threads=max_abandoned_threads,
     )
     w = Worker(app, config)
     if metrics_port is not None:
@@ -326,7 +340,7 @@ def worker(
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(w.exit_code)
 
 
 def _app_queues(app: App) -> tuple[str, ...]:
@@ -1016,10 +1030,13 @@ def workers(
     if shown:
         now = now_utc()
         table = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("id", "name", "host", "pid", "state", "running", "heartbeat", "started"):
+        # Only when some worker has them: hung handler threads it could not stop.
+        abandoned = any(w.abandoned_threads for w in shown)
+        cols = ["id", "name", "host", "pid", "state", "running", "heartbeat", "started"]
+        for col in cols + (["abandoned"] if abandoned else []):
             table.add_column(col, justify="right" if col in ("pid", "running") else "left")
         for w in shown:
-            table.add_row(
+            row: list[str | Text] = [
                 w.id,
                 w.name or "",
                 w.host,
@@ -1028,7 +1045,15 @@ def workers(
                 str(w.running_jobs),
                 display.age(w.heartbeat_at, now) + " ago",
                 display.age(w.started_at, now) + " ago",
-            )
+            ]
+            if abandoned:
+                # A full pool claims no thread jobs until the worker restarts.
+                row.append(
+                    Text(f"{w.abandoned_threads} threads, pool full", style="red")
+                    if w.thread_pool_full
+                    else Text(str(w.abandoned_threads or ""), style="yellow")
+                )
+            table.add_row(*row)
         out.print(table)
     else:
         out.print("no active workers")

@@ -104,6 +104,15 @@ class WorkerConfig:
     cancel_timeout: float = 10.0
     # Process handlers: from SIGTERM until SIGKILL.
     kill_timeout: float = 5.0
+    # Thread handlers that ignore being stopped are abandoned, but their threads run on
+    # and hold the worker's thread pool (concurrency + 4 threads); while it is full the
+    # worker claims no thread jobs. With a limit, the worker stops gracefully once more
+    # than this many abandoned threads still run (exit code 75), for its supervisor to
+    # start a fresh one. None: no limit.
+    max_abandoned_threads: int | None = None
+    # A claimed job whose handler has not started within this many seconds (its thread
+    # pool is busy) goes back to the queue unstarted, without spending an attempt.
+    handler_start_timeout: float = 10.0
     # While the database keeps failing, loops back off exponentially after this many
     # consecutive errors, up to max_backoff seconds between tries.
     max_consecutive_errors: int = 3
@@ -131,10 +140,13 @@ class WorkerConfig:
             "stop_timeout",
             "cancel_timeout",
             "kill_timeout",
+            "handler_start_timeout",
         ):
             _positive(name, getattr(self, name))
         if self.ramp_window < 0 or self.ramp_warm_jobs < 1 or self.ramp_warm_interval < 0:
             raise ConfigError("ramp settings must not be negative (ramp_warm_jobs >= 1)")
+        if self.max_abandoned_threads is not None and self.max_abandoned_threads < 0:
+            raise ConfigError("max_abandoned_threads must not be negative")
         if self.max_consecutive_errors < 0:
             raise ConfigError("max_consecutive_errors must not be negative")
         _positive("max_backoff", self.max_backoff)

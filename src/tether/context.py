@@ -21,6 +21,9 @@ class CancelSignal:
     budget asked; it will resume from its checkpoint), ``shutdown`` (the worker is
     stopping and the job will be released), or ``lease_lost`` (another worker may own
     the job now; nothing this attempt writes will count).
+
+    The same kind of signal is ``ctx.stopping``, raised (reason ``shutdown``) as soon as
+    the worker begins a graceful stop, while the job may still run.
     """
 
     __slots__ = ("_event", "_flag", "_raised", "reason")
@@ -70,6 +73,17 @@ class JobContext:
     ``checkpoint`` is what the previous attempt saved (``None`` at first). Every write
     carries the lease token: after the lease is lost it raises
     :class:`~tether.errors.LeaseLostError` and changes nothing.
+
+    Two signals tell a handler to wind down:
+
+    - ``cancelled``: the job must stop now (cancel, pause, lost lease, or the end of a
+      graceful stop); see :class:`CancelSignal` for the reasons.
+    - ``stopping``: the worker began a graceful stop (SIGTERM). The job may still finish
+      within ``stop_timeout``; after that it is stopped and released to ``queued``. A
+      handler that would rather not start over saves a checkpoint now. It may then
+      either keep going, or end at once by raising :class:`~tether.errors.Cancelled`
+      (``ctx.check_stopping()`` does): either way the job goes back to ``queued`` with
+      that checkpoint, and the attempt is not spent. The next attempt starts from it.
     """
 
     def __init__(
@@ -88,6 +102,7 @@ class JobContext:
     ) -> None:
         self.job = job
         self.cancelled = CancelSignal(threaded=threaded)
+        self.stopping = CancelSignal(threaded=threaded)
         self.checkpoint: JSON | None = job.checkpoint
         self.progress: tuple[int | None, int | None] = (job.progress_current, job.progress_total)
         self.usage = job.usage
@@ -119,6 +134,12 @@ class JobContext:
         """Raise :class:`~tether.errors.Cancelled` if the job has been asked to stop."""
         if self.cancelled.is_set():
             raise Cancelled(self.cancelled.reason or "cancel")
+
+    def check_stopping(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` (reason ``shutdown``) once the worker
+        is stopping; the job is released unspent, with its last checkpoint."""
+        if self.stopping.is_set():
+            raise Cancelled("shutdown")
 
     async def spawn(self, task: Any, **args: JSON) -> Job:
         """Create a child job (``task`` is a Task or its name).
@@ -204,9 +225,18 @@ class SyncJobContext:
         """What the previous attempt saved."""
         return self._ctx.checkpoint
 
+    @property
+    def stopping(self) -> CancelSignal:
+        """Raised when the worker begins a graceful stop (see :class:`JobContext`)."""
+        return self._ctx.stopping
+
     def check_cancelled(self) -> None:
         """Raise :class:`~tether.errors.Cancelled` if the job has been asked to stop."""
         self._ctx.check_cancelled()
+
+    def check_stopping(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` once the worker is stopping."""
+        self._ctx.check_stopping()
 
     def save_checkpoint(self, data: JSON) -> None:
         """Durably save ``data`` (blocks until written)."""

@@ -12,6 +12,7 @@ done, and whose ``stop`` is the executor's strongest way to end it:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import importlib
@@ -42,6 +43,9 @@ class Handle(Protocol):
     def stop(self, force: bool) -> None:
         """End the handler as the executor allows."""
 
+    def withdraw(self) -> bool:
+        """Cancel the handler if it has not started yet; return whether it was."""
+
 
 class AsyncHandle:
     """An ``async def`` handler running as a task on the worker's loop."""
@@ -56,22 +60,36 @@ class AsyncHandle:
         self.stopped_by = "task_cancelled"
         self.future.cancel()
 
+    def withdraw(self) -> bool:
+        return False  # a task starts at the loop's next turn
+
 
 class ThreadHandle:
-    """A plain ``def`` handler running in the worker's thread pool."""
+    """A plain ``def`` handler running in the worker's thread pool.
+
+    ``thread`` is the pool's own future: it ends when the thread is free again, which
+    for an abandoned handler may be long after ``future`` was settled.
+    """
 
     def __init__(self, task: Task, ctx: JobContext, threads: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
         sync_ctx = SyncJobContext(ctx, loop)
         call = contextvars.copy_context().run
         args = ctx.job.args
-        self.future = loop.run_in_executor(threads, lambda: call(task.fn, sync_ctx, **args))
+        self.thread: concurrent.futures.Future[Any] = threads.submit(
+            lambda: call(task.fn, sync_ctx, **args)
+        )
+        self.future: asyncio.Future[Any] = asyncio.wrap_future(self.thread, loop=loop)
         self.stopped_by: str | None = None
         self.abandon_after = 0.0
 
     def stop(self, force: bool) -> None:
         self.stopped_by = "abandoned"
         self.future.cancel()
+
+    def withdraw(self) -> bool:
+        # Future.cancel() succeeds only while the call still waits for a thread.
+        return self.thread.cancel()
 
 
 class ProcessHandle:
@@ -115,6 +133,9 @@ class ProcessHandle:
         child_conn.close()
         self.loop.add_reader(self._conn.fileno(), self._on_message)
         self.loop.add_reader(self.proc.sentinel, self._on_exit)
+
+    def withdraw(self) -> bool:
+        return False  # the process was started with the handle
 
     def stop(self, force: bool) -> None:
         if self.proc.exitcode is not None:
@@ -216,12 +237,19 @@ class ProcessJobContext:
         self.attempt = attempt
         self.checkpoint = checkpoint
         self.cancelled = CancelSignal(threaded=True)
+        # A process hears of a graceful stop with its SIGTERM, at ``stop_timeout``.
+        self.stopping = CancelSignal(threaded=True)
         self._conn = conn
 
     def check_cancelled(self) -> None:
         """Raise :class:`~tether.errors.Cancelled` once SIGTERM has arrived."""
         if self.cancelled.is_set():
             raise Cancelled(self.cancelled.reason or "cancel")
+
+    def check_stopping(self) -> None:
+        """Raise :class:`~tether.errors.Cancelled` once the worker is stopping."""
+        if self.stopping.is_set():
+            raise Cancelled("shutdown")
 
     def save_checkpoint(self, data: JSON) -> None:
         """Durably save ``data`` through the worker (blocks until written)."""
@@ -253,7 +281,10 @@ def _child_main(
     ctx = ProcessJobContext(job_id, attempt, checkpoint, conn)
 
     def on_term(signum: int, frame: object) -> None:
-        ctx.cancelled.set(reason.value.decode() or "cancel")
+        why = reason.value.decode() or "cancel"
+        if why == "shutdown":
+            ctx.stopping.set(why)
+        ctx.cancelled.set(why)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides, not Ctrl-C

@@ -125,6 +125,10 @@ class WorkerInfo:
     heartbeat_at: datetime
     state: str
     running_jobs: int = 0
+    #: Handler threads the worker abandoned (they ignored being stopped) that still run.
+    abandoned_threads: int = 0
+    #: Abandoned threads fill the worker's thread pool: it claims no thread jobs.
+    thread_pool_full: bool = False
 
 
 @dataclass(frozen=True)

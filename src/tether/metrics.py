@@ -19,6 +19,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     start_http_server,
@@ -82,6 +83,15 @@ FORCE_KILLS = Counter(
     "tether_force_kills_total",
     "Handlers stopped at once (force cancel, timeout, lost lease, second stop).",
     ["executor"],
+)
+ABANDONED_THREADS = Gauge(
+    "tether_abandoned_threads",
+    "Handler threads abandoned (they ignored being stopped) that still run in this process.",
+)
+THREAD_POOLS_FULL = Gauge(
+    "tether_thread_pool_exhausted",
+    "Workers in this process whose thread pool is full of abandoned threads: they claim "
+    "no thread jobs until one ends or the worker restarts.",
 )
 HTTP_REQUESTS = Counter(
     "tether_http_requests_total", "API requests answered.", ["method", "route", "status"]
@@ -148,6 +158,16 @@ def handler_stopped(executor: str, force: bool) -> None:
     """A worker stopped a handler; only a forced stop counts."""
     if force:
         FORCE_KILLS.labels(executor=executor).inc()
+
+
+def threads_abandoned(change: int) -> None:
+    """Abandoned handler threads began (``+n``) or ended (``-n``)."""
+    ABANDONED_THREADS.inc(change)
+
+
+def thread_pool_full(full: bool) -> None:
+    """A worker's thread pool became full of abandoned threads, or has room again."""
+    THREAD_POOLS_FULL.inc(1 if full else -1)
 
 
 def http_request(method: str, route: str, status: int) -> None:

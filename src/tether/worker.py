@@ -19,6 +19,7 @@ its handler has ended; the outcome is written while the next job already runs.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -36,8 +37,8 @@ from tether import metrics, payload
 from tether.cancellation import CancellationService
 from tether.config import WorkerConfig
 from tether.context import JobContext
-from tether.errors import ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
-from tether.executors import Handle, start_handler
+from tether.errors import Cancelled, ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
+from tether.executors import Handle, ThreadHandle, start_handler
 from tether.job import Beat, Job, Outcome
 from tether.maintenance import CancellationFollowUp, Rescuer
 from tether.procinfo import hostname, start_time
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.worker")
 ERROR_LIMIT = 4000  # characters of traceback kept on the job
+# Threads in the handler pool beyond ``concurrency``: room for abandoned handlers.
+SPARE_THREADS = 4
+# The exit status of a worker that stopped so that its supervisor starts a fresh one
+# (EX_TEMPFAIL: systemd's Restart=on-failure and most supervisors restart on it).
+EXIT_RESTART = 75
 
 
 @dataclass(eq=False)
@@ -160,6 +166,7 @@ class Heartbeater(Service):
             call.cancel()  # a no-op once it is done; never waited for
         self.last_ok = sent
         self.fenced = False
+        w.report_threads()  # in case the write made when it changed failed
         for run in runs:
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
@@ -289,6 +296,17 @@ class Claimer(Service):
 
     async def _claim(self, free: int) -> int:
         w = self.worker
+        tasks = w.task_names
+        room = w.thread_room()
+        if room is not None and room < free:
+            # Never claim a thread job that would wait for a thread: abandoned handlers
+            # may hold the pool for good.
+            if room > 0:
+                free = room
+            elif w.unthreaded_task_names:
+                tasks = w.unthreaded_task_names
+            else:
+                return 0
         limit = min(free, w.config.claim_batch)
         if self.ramp is not None:
             allowed = self.ramp.allowed(asyncio.get_running_loop().time() - self.started)
@@ -309,7 +327,7 @@ class Claimer(Service):
         sent = asyncio.get_running_loop().time()
         rounds = await asyncio.gather(
             *(
-                w.store.claim(w.id, w.config.queues, w.task_names, size, w.config.lease_duration)
+                w.store.claim(w.id, w.config.queues, tasks, size, w.config.lease_duration)
                 for size in sizes
             ),
             return_exceptions=True,
@@ -350,9 +368,24 @@ class Worker:
         self.running: dict[int, Run] = {}
         self.stopping = False
         self._store: Store | None = None
+        self.thread_pool_size = config.concurrency + SPARE_THREADS
         self._threads = ThreadPoolExecutor(
-            max_workers=config.concurrency + 4, thread_name_prefix="tether-job"
+            max_workers=self.thread_pool_size, thread_name_prefix="tether-job"
         )
+        threaded = {n for n, t in app.tasks.items() if t.executor == "thread"}
+        self.unthreaded_task_names = [n for n in self.task_names if n not in threaded]
+        self._has_thread_tasks = bool(threaded)
+        #: Pool threads taken: by thread handlers running or waiting for a thread, and by
+        #: abandoned ones that still run.
+        self.threads_busy = 0
+        #: Attempts whose handler thread was abandoned but still runs.
+        self.abandoned: set[Run] = set()
+        self.thread_pool_full = False
+        self._threads_reported = (0, False)
+        self._threads_report_lock = asyncio.Lock()
+        self._reports: set[asyncio.Task[None]] = set()
+        #: What the process should exit with: EXIT_RESTART once it stopped itself.
+        self.exit_code = 0
         self._services: list[Service] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._done = asyncio.Event()
@@ -537,18 +570,17 @@ class Worker:
     def _halt_claims(self) -> None:
         self.stopping = True
         self.claimer.stop()
+        # Every handler hears of the stop now, not at stop_timeout: it may still save a
+        # checkpoint, which its release keeps.
+        for run in self.running.values():
+            run.ctx.stopping.set("shutdown")
 
     def hand_back(self, job: Job) -> None:
         """Release a job claimed as the worker began to stop, without starting it (and
         without spending its attempt)."""
         # stop() drains the completer after the claimer's last round, so this is written.
         self.completer.submit(
-            Outcome(
-                job.id,
-                job.lease_token,
-                JobState.QUEUED,
-                reason="released at worker shutdown (claimed as the stop began; not started)",
-            )
+            _unstarted(job, "released at worker shutdown (claimed as the stop began; not started)")
         )
 
     async def _drain_completer(self) -> None:
@@ -676,6 +708,121 @@ class Worker:
         run.handle.future.add_done_callback(functools.partial(self._handler_done, run))
         if job.timeout:
             run.timers.append(loop.call_later(job.timeout, self._time_out, run))
+        if isinstance(run.handle, ThreadHandle):
+            self.threads_busy += 1
+            run.handle.thread.add_done_callback(
+                functools.partial(self._thread_freed_threadsafe, loop, run)
+            )
+            run.timers.append(
+                loop.call_later(self.config.handler_start_timeout, self._check_started, run)
+            )
+
+    # -- the thread pool -----------------------------------------------------------------
+
+    def thread_room(self) -> int | None:
+        """Pool threads free for thread jobs (``None``: the app has no thread tasks)."""
+        if not self._has_thread_tasks:
+            return None
+        return self.thread_pool_size - self.threads_busy
+
+    def _check_started(self, run: Run) -> None:
+        """A handler still waiting for a thread goes back to the queue unstarted."""
+        if run.settled or run.handle is None or not run.handle.withdraw():
+            return
+        log.warning(
+            "job %s (%s): no thread free to start it within %.0fs; handing it back unstarted",
+            run.job.id,
+            run.job.task,
+            self.config.handler_start_timeout,
+        )
+        self._settle(run, "unstarted", None)
+
+    def _thread_freed_threadsafe(
+        self, loop: asyncio.AbstractEventLoop, run: Run, _: concurrent.futures.Future[Any]
+    ) -> None:
+        # Called in the pool thread (or at once, if already done).
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
+            loop.call_soon_threadsafe(self._thread_freed, run)
+
+    def _thread_freed(self, run: Run) -> None:
+        self.threads_busy -= 1
+        if run in self.abandoned:
+            self.abandoned.discard(run)
+            metrics.threads_abandoned(-1)
+            log.info(
+                "job %s: its abandoned thread has ended (%d abandoned still running)",
+                run.job.id,
+                len(self.abandoned),
+            )
+        self._threads_changed()
+        if not self.stopping:
+            self.claimer.wake()
+
+    def _thread_abandoned(self, run: Run) -> None:
+        self.abandoned.add(run)
+        metrics.threads_abandoned(1)
+        log.warning(
+            "job %s (%s): its handler thread ignored being stopped and still runs; "
+            "%d abandoned thread(s) hold %d of %d pool threads",
+            run.job.id,
+            run.job.task,
+            len(self.abandoned),
+            len(self.abandoned),
+            self.thread_pool_size,
+        )
+        self._threads_changed()
+
+    def _threads_changed(self) -> None:
+        """Report the pool's state; stop the worker past ``max_abandoned_threads``."""
+        full = bool(self.abandoned) and self.threads_busy >= self.thread_pool_size
+        if full != self.thread_pool_full:
+            self.thread_pool_full = full
+            metrics.thread_pool_full(full)
+            if full:
+                log.error(
+                    "thread pool exhausted: %d abandoned handler thread(s) still run; no "
+                    "thread jobs (%s) are claimed until one ends. Restart the worker to "
+                    "get the threads back (max_abandoned_threads does it for you)",
+                    len(self.abandoned),
+                    ", ".join(sorted(set(self.task_names) - set(self.unthreaded_task_names))),
+                )
+            else:
+                log.warning("thread pool has room again: claiming thread jobs")
+        limit = self.config.max_abandoned_threads
+        if limit is not None and len(self.abandoned) > limit and not self.stopping:
+            log.error(
+                "%d abandoned handler threads still run (max_abandoned_threads=%d): "
+                "stopping gracefully, for a fresh worker to take over (exit code %d)",
+                len(self.abandoned),
+                limit,
+                EXIT_RESTART,
+            )
+            self.exit_code = EXIT_RESTART
+            self.request_stop()
+        self.report_threads()
+
+    def report_threads(self) -> None:
+        """Write the abandoned-thread count and pool state to the worker's row, if they
+        changed since the last successful write."""
+        if (len(self.abandoned), self.thread_pool_full) == self._threads_reported:
+            return
+        task = asyncio.ensure_future(self._write_threads())
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _write_threads(self) -> None:
+        # One write at a time, each with the state current when it is sent: the last
+        # one to land is the latest.
+        async with self._threads_report_lock:
+            state = (len(self.abandoned), self.thread_pool_full)
+            if state == self._threads_reported:
+                return
+            try:
+                await self.store.set_worker_threads(self.id, *state)
+            except Exception as exc:  # the heartbeat tries again
+                log.warning("could not record this worker's abandoned threads: %s", exc)
+                return
+            self._threads_reported = state
 
     def _lease_lost(self, job_id: int) -> None:
         run = self.running.get(job_id)
@@ -718,6 +865,8 @@ class Worker:
         self.executing -= 1
         for timer in run.timers:
             timer.cancel()
+        if isinstance(run.handle, ThreadHandle) and not run.handle.thread.done():
+            self._thread_abandoned(run)
         job = run.job
         try:
             outcome = self._outcome(run, kind, value)
@@ -826,6 +975,12 @@ class Worker:
         job = run.job
         if run.interrupt == "lease_lost":
             return None
+        if kind == "unstarted":
+            return _unstarted(
+                job,
+                "handed back unstarted: no thread free to start it within "
+                f"{self.config.handler_start_timeout:g}s",
+            )
         phase_end = value if isinstance(value, WaitForChildren) else None
         # A phase that ended on its own is recorded even under a pending pause or cancel:
         # the store lets a cancel win, and a pause applies when the next phase starts.
@@ -862,7 +1017,7 @@ class Worker:
                 reason=run.detail or "pause requested",
                 stopped_by=stopped_by,
             )
-        if run.interrupt == "shutdown":
+        if run.interrupt == "shutdown" or self._stepped_aside(run, kind, value):
             return Outcome(
                 job.id,
                 job.lease_token,
@@ -875,6 +1030,16 @@ class Worker:
         if kind == "error":
             return self._failure(run, value)
         return self._failure(run, RuntimeError("handler was cancelled"))
+
+    @staticmethod
+    def _stepped_aside(run: Run, kind: str, value: Any) -> bool:
+        """Whether the handler ended itself because the worker is stopping: it raised
+        ``Cancelled`` (or was cancelled) after ``ctx.stopping``, unasked otherwise."""
+        return (
+            run.interrupt is None
+            and run.ctx.stopping.is_set()
+            and (kind == "cancelled" or isinstance(value, Cancelled))
+        )
 
     def _failure(self, run: Run, exc: BaseException) -> Outcome:
         job, task = run.job, run.task
@@ -903,6 +1068,11 @@ class Worker:
         """Wait until no job runs on this worker (for tests and the demo)."""
         async with asyncio.timeout(timeout):
             await self._idle.wait()
+
+
+def _unstarted(job: Job, reason: str) -> Outcome:
+    """Back to ``queued``, its handler never started: the attempt is not spent."""
+    return Outcome(job.id, job.lease_token, JobState.QUEUED, reason=reason)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -45,6 +45,18 @@ def build_app(url: str) -> App:
             await asyncio.sleep(3600)
         return ctx.attempt
 
+    @app.task(name="checkpoint_on_stop", max_attempts=1)
+    async def checkpoint_on_stop(ctx: tether.JobContext) -> object:
+        """Waits for the worker's stop, saves a checkpoint and steps aside; the next
+        attempt returns what it resumed from."""
+        record(ctx)
+        if ctx.checkpoint is not None:
+            return {"resumed_from": ctx.checkpoint, "attempt": ctx.attempt}
+        await ctx.stopping.wait()
+        await ctx.save_checkpoint({"saved": "after SIGTERM", "cancelled": bool(ctx.cancelled)})
+        ctx.check_stopping()
+        return None
+
     return app
 
 

@@ -9,10 +9,13 @@ from the checkpoint."""
 from __future__ import annotations
 
 import asyncio
+import threading
+
+import pytest
 
 from tests.helpers import eventually, fast_config
 from tests.integration.workflow_support import in_state
-from tether import App, JobContext, JobState, Worker
+from tether import App, JobContext, JobState, SyncJobContext, Worker
 
 STOP_TIMEOUT = 1.0
 CANCEL_GRACE = 0.3
@@ -152,3 +155,117 @@ async def test_second_stop_request_releases_running_jobs_at_once(app: App) -> No
     finally:
         await again.stop()
     assert (done.state, done.result, done.attempt) == (JobState.SUCCEEDED, {"step": 1}, 1)
+
+
+@pytest.mark.parametrize("executor", ["async", "thread"])
+async def test_handler_sees_stopping_at_once_checkpoints_and_resumes_unspent(
+    app: App, executor: str
+) -> None:
+    """The stop is heard when it begins (``ctx.cancelled`` still unset): the handler saves
+    a checkpoint and steps aside; the job goes back to ``queued`` unspent, and its next
+    attempt starts from that checkpoint."""
+    seen: list[tuple[int, object, bool]] = []  # (attempt, checkpoint, cancelled when stopping)
+    reached = threading.Event()
+
+    def record(ctx: JobContext | SyncJobContext) -> None:
+        seen.append((ctx.attempt, ctx.checkpoint, ctx.cancelled.is_set()))
+
+    if executor == "async":
+
+        @app.task(name="steps", max_attempts=1)
+        async def steps_async(ctx: JobContext) -> object:
+            if ctx.checkpoint is not None:
+                record(ctx)
+                return ctx.checkpoint
+            reached.set()
+            await ctx.stopping.wait()
+            record(ctx)
+            await ctx.save_checkpoint({"saved": "after the stop began"})
+            ctx.check_stopping()
+            return "not reached"
+
+    else:
+
+        @app.task(name="steps", max_attempts=1)
+        def steps_thread(ctx: SyncJobContext) -> object:
+            if ctx.checkpoint is not None:
+                record(ctx)
+                return ctx.checkpoint
+            reached.set()
+            assert ctx.stopping.wait_sync(30)
+            record(ctx)
+            ctx.save_checkpoint({"saved": "after the stop began"})
+            ctx.check_stopping()
+            return "not reached"
+
+    # stop_timeout far beyond the test's own limits: the job can only be released
+    # early because its handler heard of the stop and ended itself.
+    first = Worker(app, fast_config(stop_timeout=300.0))
+    await first.start()
+    job = await app.enqueue("steps")
+    try:
+        await asyncio.to_thread(reached.wait, 10)
+        first.request_stop()  # what SIGTERM does
+        await asyncio.wait_for(first.stop(), 60)
+    finally:
+        await first.stop()
+    assert seen == [(1, None, False)], "stopping was seen before any cancel"
+    released = await app.get(job.id)
+    assert (released.state, released.checkpoint, released.attempt) == (
+        JobState.QUEUED,
+        {"saved": "after the stop began"},
+        0,
+    ), "released with the checkpoint saved after the stop began, attempt not spent"
+    # (A claim already out when the stop began may have taken it again and handed it
+    # back unstarted: that is a later event.)
+    assert (JobState.RUNNING, JobState.QUEUED, "released at worker shutdown") in [
+        (e.from_state, e.to_state, e.reason) for e in await app.events(job.id)
+    ]
+
+    second = Worker(app, fast_config())
+    await second.start()
+    try:
+        done = await app.wait(job.id, timeout=10)
+    finally:
+        await second.stop()
+    assert (done.state, done.result, done.attempt) == (
+        JobState.SUCCEEDED,
+        {"saved": "after the stop began"},
+        1,
+    )
+    assert seen[1] == (1, {"saved": "after the stop began"}, False)
+
+
+async def test_handler_that_keeps_running_after_its_stop_checkpoint_is_released_with_it(
+    app: App,
+) -> None:
+    """A handler that checkpoints when the stop begins but does not end (it is cancelled
+    at ``stop_timeout``) is released with that checkpoint all the same."""
+    reached = asyncio.Event()
+
+    @app.task(max_attempts=1)
+    async def long(ctx: JobContext) -> object:
+        if ctx.checkpoint is not None:
+            return ctx.checkpoint
+        reached.set()
+        await ctx.stopping.wait()
+        await ctx.save_checkpoint({"step": "saved while stopping"})
+        await asyncio.sleep(3600)  # cancelled at stop_timeout
+        return None
+
+    worker = Worker(app, fast_config(stop_timeout=STOP_TIMEOUT, cancel_grace=CANCEL_GRACE))
+    await worker.start()
+    job = await long.enqueue()
+    try:
+        await asyncio.wait_for(reached.wait(), 10)
+        worker.request_stop()
+        await asyncio.wait_for(worker.stop(), 30)
+    finally:
+        await worker.stop()
+    released = await app.get(job.id)
+    assert (released.state, released.checkpoint, released.attempt, released.stopped_by) == (
+        JobState.QUEUED,
+        {"step": "saved while stopping"},
+        0,
+        "task_cancelled",
+    )

@@ -176,3 +176,37 @@ async def test_sigterm_releases_running_jobs_before_exit(db_url: str, procs: Pro
         assert (released.state, released.attempt) == (JobState.QUEUED, 0)
     finally:
         await app.close()
+
+
+@pytest.mark.slow
+async def test_sigterm_warns_the_handler_which_checkpoints_and_resumes_unspent(
+    db_url: str, procs: Procs
+) -> None:
+    app = build_app(db_url)
+    try:
+        job = await app.enqueue("checkpoint_on_stop")
+        proc = procs.start(concurrency=1)
+        await eventually(lambda: _running_with_log(app, procs, job.id), timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        released = await app.get(job.id)
+        saved = {"saved": "after SIGTERM", "cancelled": False}
+        assert (released.state, released.checkpoint, released.attempt) == (
+            JobState.QUEUED,
+            saved,
+            0,
+        ), "released with the checkpoint saved after SIGTERM, attempt not spent"
+
+        again = Worker(app, fast_config())
+        await again.start()
+        try:
+            done = await app.wait(job.id, timeout=30)
+        finally:
+            await again.stop()
+        assert (done.state, done.result, done.attempt) == (
+            JobState.SUCCEEDED,
+            {"resumed_from": saved, "attempt": 1},
+            1,
+        )
+    finally:
+        await app.close()

@@ -206,6 +206,7 @@ async def test_queues_keys_workers_and_stats(tapp: App, authed: Client, job_in: 
         found = (await authed.get("eve", "/api/workers")).json()["items"]
         assert [w["id"] for w in found] == [worker.id] and found[0]["state"] == "active"
         assert found[0]["jobs"] == []
+        assert (found[0]["abandoned_threads"], found[0]["thread_pool_full"]) == (0, False)
     finally:
         await worker.stop()
 

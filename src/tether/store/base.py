@@ -201,6 +201,10 @@ class Store(Protocol):
     async def set_worker_state(self, worker_id: str, state: str) -> None:
         """Move a worker to ``active``, ``draining``, ``stopped`` or ``dead``."""
 
+    async def set_worker_threads(self, worker_id: str, abandoned: int, pool_full: bool) -> None:
+        """Record how many abandoned handler threads the worker still has running, and
+        whether they fill its thread pool (so it claims no thread jobs)."""
+
     async def list_workers(self) -> list[WorkerInfo]:
         """Every worker row, newest first, with the leases each holds."""
 

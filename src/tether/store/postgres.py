@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, LiteralString
 
@@ -341,7 +342,10 @@ class PostgresStore:
             # by default), so after a long outage it would idle for minutes once the
             # database is back. Giving up after 30 s lets the next request start afresh.
             reconnect_timeout=30.0,
+            configure=self._track,
         )
+        # Every connection the pool made, so that close() ends them all (see there).
+        self._conns: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._opened = False
         self._rows = RowReader(text_json=False, epoch_times=False)
         self._listener: asyncio.Task[None] | None = None
@@ -370,8 +374,23 @@ class PostgresStore:
                 await self._listener
             self._listener = None
         if self._opened:
-            await self._pool.close()
             self._opened = False
+            try:
+                await self._pool.close()
+            except asyncio.CancelledError:
+                # asyncio.run cancels every task before its loop closes, the pool's own
+                # workers among them; the pool's close then stops at their
+                # cancellation, before it closes its idle connections.
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+            finally:
+                for conn in list(self._conns):
+                    if not conn.closed:
+                        await conn.close()
+
+    async def _track(self, conn: Conn) -> None:
+        self._conns.add(conn)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
@@ -866,6 +885,14 @@ class PostgresStore:
             await conn.execute(
                 "UPDATE tether_workers SET state = %s, heartbeat_at = now() WHERE id = %s",
                 (state, worker_id),
+            )
+
+    async def set_worker_threads(self, worker_id: str, abandoned: int, pool_full: bool) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE tether_workers SET abandoned_threads = %s, thread_pool_full = %s "
+                "WHERE id = %s",
+                (abandoned, pool_full, worker_id),
             )
 
     async def list_workers(self) -> list[WorkerInfo]:

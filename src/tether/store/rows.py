@@ -136,6 +136,8 @@ class RowReader:
             heartbeat_at=beat,
             state=row["state"],
             running_jobs=row["running_jobs"],
+            abandoned_threads=row["abandoned_threads"],
+            thread_pool_full=bool(row["thread_pool_full"]),
         )
 
     def limit(self, row: Row) -> LimitInfo:

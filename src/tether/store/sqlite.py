@@ -609,6 +609,15 @@ class SqliteStore:
             )
         )
 
+    async def set_worker_threads(self, worker_id: str, abandoned: int, pool_full: bool) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                "UPDATE tether_workers SET abandoned_threads = ?, thread_pool_full = ? "
+                "WHERE id = ?",
+                (abandoned, int(pool_full), worker_id),
+            )
+        )
+
     async def list_workers(self) -> list[WorkerInfo]:
         def run() -> list[WorkerInfo]:
             rows = self._db().execute(

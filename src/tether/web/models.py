@@ -481,6 +481,13 @@ class WorkerOut(BaseModel):
     started_at: datetime
     heartbeat_at: datetime
     running_jobs: int
+    abandoned_threads: int = Field(
+        description="Handler threads the worker abandoned (they ignored being stopped) that "
+        "still run."
+    )
+    thread_pool_full: bool = Field(
+        description="Abandoned threads fill the worker's thread pool: it claims no thread jobs."
+    )
     jobs: list[int]
 
     @classmethod
@@ -495,6 +502,8 @@ class WorkerOut(BaseModel):
             started_at=w.started_at,
             heartbeat_at=w.heartbeat_at,
             running_jobs=w.running_jobs,
+            abandoned_threads=w.abandoned_threads,
+            thread_pool_full=w.thread_pool_full,
             jobs=jobs,
         )
 
