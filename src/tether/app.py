@@ -39,8 +39,9 @@ from tether.job import (
     QueueInfo,
     WorkerInfo,
 )
+from tether.ops import MAINTENANCE, LeaderInfo, PruneReport
 from tether.portal import Portal
-from tether.states import JobState
+from tether.states import TERMINAL, JobState
 from tether.store import Store, create_store
 from tether.task import EnqueueOptions, Executor, Task, is_async
 from tether.workflow import Workflow
@@ -581,3 +582,45 @@ class App:
         """Cancellation records of the jobs ``owner`` enqueued, newest first."""
         rows = await (await self.store()).list_owned_cancellations(owner, limit, offset)
         return [record_from_row(r) for r in rows]
+
+    # -- maintenance: retention and the leader --------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        states: Sequence[JobState | str] | None = None,
+        dry_run: bool = False,
+        progress: Callable[[str, PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Delete finished jobs (with their events, links, artifacts and cancellation
+        records), old audit rows and gone worker rows after ``config.retention``, now.
+
+        ``states`` limits it to jobs in those final states (and leaves audit and worker
+        rows alone); ``older_than`` (seconds) replaces each state's retention;
+        ``dry_run`` counts what would go and deletes nothing. Workers' maintenance
+        leader does the same on its own every ``retention.interval`` seconds.
+        """
+        from tether.maintenance.pruner import Pruner
+
+        if older_than is not None and older_than < 0:
+            raise InvalidJobError("older_than must not be negative")
+        names: builtins.list[str] | None = None
+        if states is not None:
+            try:
+                parsed = [JobState(s) for s in states]
+            except ValueError as exc:
+                raise InvalidJobError(f"unknown state in {list(states)!r}") from exc
+            if any(s not in TERMINAL for s in parsed):
+                raise InvalidJobError(
+                    "only finished jobs are pruned: use succeeded, failed or cancelled"
+                )
+            names = [s.value for s in parsed]
+        pruner = Pruner(await self.store(), self.config.retention)
+        return await pruner.prune(
+            states=names, older_than=older_than, dry_run=dry_run, progress=progress
+        )
+
+    async def leader(self) -> LeaderInfo | None:
+        """The worker that leads maintenance (pruning, schedules), if one holds the lease."""
+        return await (await self.store()).get_leader(MAINTENANCE)
