@@ -25,6 +25,7 @@ from tether.errors import (
     InvalidJobError,
     JobNotFoundError,
     PayloadTooLargeError,
+    ScheduleNotFoundError,
     UnknownTaskError,
     WaitTimeoutError,
 )
@@ -39,7 +40,8 @@ from tether.job import (
     QueueInfo,
     WorkerInfo,
 )
-from tether.ops import MAINTENANCE, LeaderInfo, PruneReport
+from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleRow
+from tether.periodic import DEFAULT_GRACE, Missed, Schedule
 from tether.portal import Portal
 from tether.states import TERMINAL, JobState
 from tether.store import Store, create_store
@@ -63,6 +65,7 @@ class App:
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
+        self.schedules: dict[str, Schedule] = {}
         self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Store] = (
             weakref.WeakKeyDictionary()
         )
@@ -624,3 +627,121 @@ class App:
     async def leader(self) -> LeaderInfo | None:
         """The worker that leads maintenance (pruning, schedules), if one holds the lease."""
         return await (await self.store()).get_leader(MAINTENANCE)
+
+    # -- periodic schedules ---------------------------------------------------------------
+
+    def periodic(
+        self,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        args: dict[str, JSON] | None = None,
+        name: str | None = None,
+        missed: Missed = "none",
+        jitter: float = 0.0,
+        grace: float = DEFAULT_GRACE,
+        **task_options: Any,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """Register a task (``task_options`` as for :meth:`task`) and enqueue it once per
+        tick of ``cron`` in ``timezone``, with ``args``, however many workers run.
+
+        The schedule is named after the task unless ``name`` is given. ``missed`` says
+        what happens to ticks that passed while no worker ran: ``"none"`` skips them
+        (a tick up to ``grace`` seconds late still runs), ``"latest"`` runs the latest
+        one. ``jitter`` delays each tick's job by a random 0 to ``jitter`` seconds.
+        """
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(**task_options)(fn)
+            self.schedule(
+                task,
+                cron=cron,
+                timezone=timezone,
+                args=args,
+                name=name,
+                missed=missed,
+                jitter=jitter,
+                grace=grace,
+            )
+            return task
+
+        return register
+
+    def schedule(
+        self,
+        task: str | Task,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        args: dict[str, JSON] | None = None,
+        name: str | None = None,
+        missed: Missed = "none",
+        jitter: float = 0.0,
+        grace: float = DEFAULT_GRACE,
+        queue: str | None = None,
+    ) -> Schedule:
+        """Enqueue a registered task once per tick of ``cron``; see :meth:`periodic`."""
+        task_name = task.name if isinstance(task, Task) else task
+        if task_name not in self.tasks:
+            raise ConfigError(f"cannot schedule unknown task {task_name!r}; register it first")
+        schedule = Schedule(
+            name=name or task_name,
+            task=task_name,
+            cron=cron,
+            timezone=timezone,
+            args=dict(args or {}),
+            missed=missed,
+            jitter=jitter,
+            grace=grace,
+            queue=queue,
+        )
+        if schedule.name in self.schedules:
+            raise ConfigError(f"a schedule named {schedule.name!r} already exists")
+        # Refuse args that could never be enqueued now, not at the first tick.
+        self.new_job(task_name, schedule.args, EnqueueOptions(queue=queue))
+        self.schedules[schedule.name] = schedule
+        return schedule
+
+    async def list_schedules(self) -> builtins.list[ScheduleRow]:
+        """Every schedule: this app's and those the database knows, with the last tick
+        dealt with, the next one, and the last job enqueued."""
+        rows = {r.name: r for r in await (await self.store()).list_schedules()}
+        now = await (await self.store()).db_time()
+        for name, schedule in self.schedules.items():
+            row = rows.get(name)
+            if row is None:
+                row = ScheduleRow(
+                    name,
+                    schedule.task,
+                    schedule.cron,
+                    schedule.timezone,
+                    False,
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            rows[name] = dataclasses.replace(
+                row, next_tick=schedule.next_tick(max(now, row.last_tick or now))
+            )
+        return [rows[n] for n in sorted(rows)]
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop enqueueing a schedule's ticks (ticks that pass meanwhile are skipped)."""
+        await self._set_schedule_paused(name, True)
+
+    async def resume_schedule(self, name: str) -> None:
+        """Enqueue a paused schedule's ticks again, from its next tick on."""
+        await self._set_schedule_paused(name, False)
+
+    async def _set_schedule_paused(self, name: str, paused: bool) -> None:
+        store = await self.store()
+        if await store.set_schedule_paused(name, paused):
+            return
+        schedule = self.schedules.get(name)
+        if schedule is None:
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        # Known to this app but not yet seen by a worker: record it, then set the flag.
+        now = await store.db_time()
+        await store.sync_schedule(name, schedule.task, schedule.cron, schedule.timezone, now)
+        await store.set_schedule_paused(name, paused)

@@ -63,3 +63,20 @@ class PruneReport:
     def total(self) -> int:
         """Rows of every kind."""
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A periodic schedule's state in the database (times are database time)."""
+
+    name: str
+    task: str
+    cron: str
+    timezone: str
+    paused: bool
+    # The latest tick the scheduler dealt with (enqueued, skipped or paused through).
+    last_tick: datetime | None
+    next_tick: datetime | None
+    # When the last job was enqueued, and which.
+    last_run_at: datetime | None
+    last_job_id: int | None

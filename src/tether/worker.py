@@ -39,7 +39,7 @@ from tether.context import JobContext
 from tether.errors import ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, start_handler
 from tether.job import Beat, Job, Outcome
-from tether.maintenance import CancellationFollowUp, LeaderElection, Pruner, Rescuer
+from tether.maintenance import CancellationFollowUp, LeaderElection, Pruner, Rescuer, Scheduler
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -371,6 +371,7 @@ class Worker:
         self.follow_up: CancellationFollowUp
         self.leader: LeaderElection
         self.pruner: Pruner
+        self.scheduler: Scheduler
 
     @property
     def store(self) -> Store:
@@ -424,6 +425,14 @@ class Worker:
             max_backoff=self.config.max_backoff,
         )
         self.pruner = Pruner(self._store, self.app.config.retention, leader=self.leader)
+        self.scheduler = Scheduler(
+            self.app,
+            self._store,
+            interval=maintenance.schedule_interval,
+            leader=self.leader,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
+        )
         await self._open()
         self._services = [
             self.completer,
@@ -433,6 +442,7 @@ class Worker:
             self.claimer,
             self.leader,
             self.pruner,
+            self.scheduler,
         ]
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",

@@ -8,5 +8,6 @@ from tether.maintenance.follow_up import CancellationFollowUp
 from tether.maintenance.leader import LeaderElection
 from tether.maintenance.pruner import Pruner
 from tether.maintenance.rescuer import Rescuer
+from tether.maintenance.scheduler import Scheduler
 
-__all__ = ["CancellationFollowUp", "LeaderElection", "Pruner", "Rescuer"]
+__all__ = ["CancellationFollowUp", "LeaderElection", "Pruner", "Rescuer", "Scheduler"]

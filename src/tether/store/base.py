@@ -32,7 +32,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
-from tether.ops import LeaderInfo, PruneBatch
+from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 
 PidAlive = Callable[[int, int | None], bool]
 """``(pid, pid_start) -> alive``: whether a process on this host still runs."""
@@ -336,3 +336,23 @@ class Store(Protocol):
     async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
         """Delete (or count) up to ``limit`` rows of ``kind`` older than ``older_than``
         seconds: ``audit`` rows, or ``workers`` rows stopped or dead that long."""
+
+    # -- periodic schedules --------------------------------------------------------------
+
+    async def sync_schedule(
+        self, name: str, task: str, cron: str, timezone: str, start: datetime
+    ) -> ScheduleRow:
+        """Record a schedule's definition; a new one starts after ``start`` (its
+        ``last_tick``), an existing one keeps its state. Returns the row."""
+
+    async def advance_schedule(
+        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
+    ) -> bool:
+        """Move a schedule's ``last_tick`` forward to ``tick`` (never back), with the job
+        enqueued for it, if any; ``False`` if another scheduler got there first."""
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        """Every schedule row, by name."""
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        """Pause or resume a schedule; ``False`` if there is no such schedule."""

@@ -41,7 +41,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
-from tether.ops import LeaderInfo, PruneBatch
+from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.states import ACTIVE, TERMINAL, transition_pairs
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
@@ -1362,6 +1362,48 @@ class PostgresStore:
             )
             return cur.rowcount
 
+    # -- periodic schedules --------------------------------------------------------------
+
+    async def sync_schedule(
+        self, name: str, task: str, cron: str, timezone: str, start: datetime
+    ) -> ScheduleRow:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "INSERT INTO tether_schedules (name, task, cron, timezone, last_tick) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                "task = EXCLUDED.task, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone "
+                "RETURNING *",
+                (name, task, cron, timezone, start),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _schedule(row)
+
+    async def advance_schedule(
+        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
+    ) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE tether_schedules SET last_tick = %(tick)s, next_tick = %(next)s, "
+                "last_job_id = COALESCE(%(job)s, last_job_id), "
+                "last_run_at = CASE WHEN %(job)s::bigint IS NULL THEN last_run_at ELSE now() END "
+                "WHERE name = %(name)s AND (last_tick IS NULL OR last_tick < %(tick)s)",
+                {"tick": tick, "next": next_tick, "job": job_id, "name": name},
+            )
+            return cur.rowcount > 0
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT * FROM tether_schedules ORDER BY name")
+            return [_schedule(r) for r in await cur.fetchall()]
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE tether_schedules SET paused = %s WHERE name = %s", (paused, name)
+            )
+            return cur.rowcount > 0
+
 
 _API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)
 
@@ -1437,3 +1479,17 @@ WITH RECURSIVE reach(id) AS (
 SELECT id FROM live WHERE id = ANY(%(ids)s::bigint[])
 """
 )
+
+
+def _schedule(row: dict[str, Any]) -> ScheduleRow:
+    return ScheduleRow(
+        name=row["name"],
+        task=row["task"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        paused=row["paused"],
+        last_tick=row["last_tick"],
+        next_tick=row["next_tick"],
+        last_run_at=row["last_run_at"],
+        last_job_id=row["last_job_id"],
+    )

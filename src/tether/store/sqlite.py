@@ -38,7 +38,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
-from tether.ops import LeaderInfo, PruneBatch
+from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.states import TERMINAL, transition_pairs
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
@@ -1338,6 +1338,78 @@ class SqliteStore:
                 ).rowcount
             )
         )
+
+    # -- periodic schedules --------------------------------------------------------------
+
+    def _schedule(self, row: sqlite3.Row) -> ScheduleRow:
+        return ScheduleRow(
+            name=row["name"],
+            task=row["task"],
+            cron=row["cron"],
+            timezone=row["timezone"],
+            paused=bool(row["paused"]),
+            last_tick=epoch_to_dt(row["last_tick"]),
+            next_tick=epoch_to_dt(row["next_tick"]),
+            last_run_at=epoch_to_dt(row["last_run_at"]),
+            last_job_id=row["last_job_id"],
+        )
+
+    async def sync_schedule(
+        self, name: str, task: str, cron: str, timezone: str, start: datetime
+    ) -> ScheduleRow:
+        def run(conn: sqlite3.Connection) -> ScheduleRow:
+            row = conn.execute(
+                "INSERT INTO tether_schedules (name, task, cron, timezone, last_tick, "
+                f"created_at) VALUES (?, ?, ?, ?, ?, {NOW}) ON CONFLICT (name) DO UPDATE SET "
+                "task = excluded.task, cron = excluded.cron, timezone = excluded.timezone "
+                "RETURNING *",
+                (name, task, cron, timezone, start.timestamp()),
+            ).fetchone()
+            return self._schedule(row)
+
+        return await self._write_async(run)
+
+    async def advance_schedule(
+        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
+    ) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE tether_schedules SET last_tick = ?, next_tick = ?, "
+                    "last_job_id = COALESCE(?, last_job_id), "
+                    f"last_run_at = CASE WHEN ? IS NULL THEN last_run_at ELSE {NOW} END "
+                    "WHERE name = ? AND (last_tick IS NULL OR last_tick < ?)",
+                    (
+                        tick.timestamp(),
+                        next_tick.timestamp() if next_tick else None,
+                        job_id,
+                        job_id,
+                        name,
+                        tick.timestamp(),
+                    ),
+                ).rowcount
+                > 0
+            )
+
+        return await self._write_async(run)
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        def run() -> list[ScheduleRow]:
+            rows = self._db().execute("SELECT * FROM tether_schedules ORDER BY name")
+            return [self._schedule(r) for r in rows]
+
+        return await self._call(run)
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE tether_schedules SET paused = ? WHERE name = ?", (int(paused), name)
+                ).rowcount
+                > 0
+            )
+
+        return await self._write_async(run)
 
 
 _API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
