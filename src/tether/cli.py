@@ -1519,6 +1519,78 @@ def prune(
         )
 
 
+schedule_cli = typer.Typer(help="Periodic schedules: list, pause and resume.", no_args_is_help=True)
+cli.add_typer(schedule_cli, name="schedule")
+
+
+@schedule_cli.command("list")
+@friendly
+def schedule_list(
+    database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List schedules with their next tick, the last tick dealt with and the last job.
+
+    With --app, the app's schedules are listed even before a worker has seen them.
+    """
+    app = open_app(database, app_ref)
+    rows = run(app, app.list_schedules())
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no schedules (declare them with @app.periodic(cron=...))")
+        return
+    now = now_utc()
+
+    def stamp(at: datetime | None, future: bool = False) -> str:
+        if at is None:
+            return "-"
+        span = display.duration(abs((at - now).total_seconds()))
+        return f"{at.strftime('%Y-%m-%d %H:%M:%S')} ({'in ' + span if future else span + ' ago'})"
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("name", "cron", "tz", "state", "next run", "last tick", "last run", "last job"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.name,
+            r.cron,
+            r.timezone,
+            Text("paused", style="yellow") if r.paused else Text("active", style="green"),
+            "-" if r.paused else stamp(r.next_tick, future=True),
+            stamp(r.last_tick),
+            stamp(r.last_run_at),
+            str(r.last_job_id) if r.last_job_id is not None else "-",
+        )
+    out.print(table)
+
+
+@schedule_cli.command("pause")
+@friendly
+def schedule_pause(
+    name: Annotated[str, typer.Argument(help="The schedule's name (see `schedule list`).")],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Stop enqueueing a schedule's ticks; ticks that pass meanwhile are skipped."""
+    app = open_app(database, app_ref)
+    run(app, app.pause_schedule(name))
+    out.print(f"[green]✓[/] schedule {escape(name)} paused")
+
+
+@schedule_cli.command("resume")
+@friendly
+def schedule_resume(
+    name: Annotated[str, typer.Argument(help="The schedule's name (see `schedule list`).")],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Enqueue a paused schedule's ticks again, from its next tick on."""
+    app = open_app(database, app_ref)
+    run(app, app.resume_schedule(name))
+    out.print(f"[green]✓[/] schedule {escape(name)} resumed")
+
+
 def main() -> None:
     """Entry point of the ``tether`` script."""
     cli()
