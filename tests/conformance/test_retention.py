@@ -6,6 +6,8 @@ the database, so no test waits for a retention to pass.
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY
+
 from tether.config import DAY, RetentionConfig
 from tether.job import Job
 from tether.maintenance import Pruner
@@ -167,3 +169,18 @@ async def test_old_audit_rows_and_gone_workers_are_pruned(store: Store, db: Db) 
     assert (counts["audit"], counts["workers"]) == (1, 1)
     assert [e.id for e in await store.list_audit(10, 0)] == [new.id]
     assert {w.id for w in await store.list_workers()} == {"recent", "alive"}
+
+
+async def test_pruned_rows_are_counted_by_kind_and_a_dry_run_is_not(store: Store, db: Db) -> None:
+    def pruned(kind: str) -> float:
+        return REGISTRY.get_sample_value("tether_pruned_total", {"kind": kind}) or 0.0
+
+    jobs = [await finished(store) for _ in range(3)]
+    for job in jobs:
+        age(db, job, 2)
+    before = {kind: pruned(kind) for kind in ("jobs", "artifacts")}
+    await Pruner(store, RETENTION).prune(dry_run=True)
+    assert pruned("jobs") == before["jobs"]
+    await Pruner(store, RETENTION).prune()
+    assert pruned("jobs") == before["jobs"] + 3
+    assert pruned("artifacts") == before["artifacts"] + 3
