@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
@@ -1493,9 +1494,12 @@ def prune(
     age = parse_age(older_than) if older_than is not None else None
     app = open_app(database, app_ref)
     verb = "would delete" if dry_run else "deleted"
+    shown = [0.0]
 
     def progress(what: str, report: PruneReport) -> None:
-        if not as_json:
+        # At most a line a second: a big backlog takes hundreds of batches.
+        if not as_json and time.monotonic() - shown[0] >= 1.0:
+            shown[0] = time.monotonic()
             err.print(
                 Text(
                     f"{what}: {report.counts.get('jobs', 0)} jobs, {report.total} rows so far",

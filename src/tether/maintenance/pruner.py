@@ -104,7 +104,8 @@ class Pruner(Service):
             if batch.scanned < self.retention.batch_size:
                 return
             cursor = batch.cursor
-            await self._pause()
+            if not report.dry_run:
+                await self._pause()
 
     async def _rows(
         self, kind: str, age: float, report: PruneReport, progress: Progress | None
