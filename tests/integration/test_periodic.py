@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.helpers import fast_config
+from tests.helpers import eventually, fast_config
 from tether import App, AppConfig, Worker
-from tether.config import MaintenanceConfig
+from tether.config import MaintenanceConfig, RetentionConfig
 from tether.errors import ScheduleNotFoundError
 from tether.job import Job
 from tether.maintenance import Scheduler
+from tether.ops import ScheduleRow
 from tether.periodic import Missed
 
 
@@ -189,3 +190,47 @@ async def test_killing_the_leader_hands_over_and_the_next_tick_runs_once(
     assert keys(await scheduled_jobs(new.app)) == [key(12, 5)]
     for w in workers:
         await w.stop()
+
+
+async def test_a_running_worker_leads_fires_schedules_and_prunes_on_its_own(
+    db_url: str,
+) -> None:
+    config = AppConfig(
+        wait_poll_interval=0.05,
+        retention=RetentionConfig(succeeded=0.0, interval=0.1, batch_pause=0),
+        maintenance=MaintenanceConfig(
+            leader_ttl=0.5, leader_renew_interval=0.1, schedule_interval=0.1
+        ),
+    )
+    app = App(db_url, config=config)
+
+    @app.periodic(cron="* * * * * *", name="every-second")  # cronsim's six fields: seconds
+    async def beat(ctx: object) -> str:
+        return "beat"
+
+    worker = Worker(app, fast_config())
+    await worker.start()
+    try:
+        leader = await eventually(app.leader)
+        assert leader.holder == worker.id
+        # Ticks are enqueued, run, succeed and (with a zero retention) are pruned.
+        [row] = await eventually(lambda: _with_job(app))
+        assert row.last_job_id is not None
+        await eventually(lambda: _gone(app, row.last_job_id or 0))
+    finally:
+        await worker.stop()
+        await app.close()
+    # A graceful stop hands the lead back at once.
+    other = App(db_url)
+    assert await other.leader() is None
+    await other.close()
+
+
+async def _with_job(app: App) -> list[ScheduleRow] | None:
+    rows = await app.list_schedules()
+    return rows if rows and rows[0].last_job_id is not None else None
+
+
+async def _gone(app: App, job_id: int) -> bool:
+    store = await app.store()
+    return await store.get(job_id) is None and (await store.events(job_id)) == []
