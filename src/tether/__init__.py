@@ -6,7 +6,7 @@ worker, or stop the worker gracefully, and the job still ends exactly once.
 
 from tether.app import App
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
-from tether.config import AppConfig, RetryPolicy, WorkerConfig
+from tether.config import AppConfig, MaintenanceConfig, RetentionConfig, RetryPolicy, WorkerConfig
 from tether.context import CancelSignal, JobContext, SyncJobContext
 from tether.errors import (
     Cancelled,
@@ -25,6 +25,7 @@ from tether.errors import (
     WaitTimeoutError,
 )
 from tether.job import Job, JobEvent, WorkerInfo
+from tether.periodic import Schedule
 from tether.states import JobState
 from tether.task import Task
 from tether.worker import Worker
@@ -48,9 +49,12 @@ __all__ = [
     "JobNotFoundError",
     "JobState",
     "LeaseLostError",
+    "MaintenanceConfig",
     "PayloadTooLargeError",
+    "RetentionConfig",
     "Retry",
     "RetryPolicy",
+    "Schedule",
     "StoreError",
     "SyncJobContext",
     "Task",

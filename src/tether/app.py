@@ -32,6 +32,7 @@ from tether.errors import (
     InvalidJobError,
     JobNotFoundError,
     PayloadTooLargeError,
+    ScheduleNotFoundError,
     UnknownTaskError,
     WaitTimeoutError,
 )
@@ -46,8 +47,10 @@ from tether.job import (
     QueueInfo,
     WorkerInfo,
 )
+from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleRow
+from tether.periodic import DEFAULT_GRACE, Missed, Schedule
 from tether.portal import Portal
-from tether.states import JobState
+from tether.states import TERMINAL, JobState
 from tether.store import Store, create_store
 from tether.task import EnqueueOptions, Executor, Task, is_async
 from tether.workflow import Workflow
@@ -69,6 +72,7 @@ class App:
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
+        self.schedules: dict[str, Schedule] = {}
         self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Store] = (
             weakref.WeakKeyDictionary()
         )
@@ -621,3 +625,163 @@ class App:
         """Cancellation records of the jobs ``owner`` enqueued, newest first."""
         rows = await (await self.store()).list_owned_cancellations(owner, limit, offset)
         return [record_from_row(r) for r in rows]
+
+    # -- maintenance: retention and the leader --------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        states: Sequence[JobState | str] | None = None,
+        dry_run: bool = False,
+        progress: Callable[[str, PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Delete finished jobs (with their events, links, artifacts and cancellation
+        records), old audit rows and gone worker rows after ``config.retention``, now.
+
+        ``states`` limits it to jobs in those final states (and leaves audit and worker
+        rows alone); ``older_than`` (seconds) replaces each state's retention;
+        ``dry_run`` counts what would go and deletes nothing. Workers' maintenance
+        leader does the same on its own every ``retention.interval`` seconds.
+        """
+        from tether.maintenance.pruner import Pruner
+
+        if older_than is not None and older_than < 0:
+            raise InvalidJobError("older_than must not be negative")
+        names: builtins.list[str] | None = None
+        if states is not None:
+            try:
+                parsed = [JobState(s) for s in states]
+            except ValueError as exc:
+                raise InvalidJobError(f"unknown state in {list(states)!r}") from exc
+            if any(s not in TERMINAL for s in parsed):
+                raise InvalidJobError(
+                    "only finished jobs are pruned: use succeeded, failed or cancelled"
+                )
+            names = [s.value for s in parsed]
+        pruner = Pruner(await self.store(), self.config.retention)
+        return await pruner.prune(
+            states=names, older_than=older_than, dry_run=dry_run, progress=progress
+        )
+
+    async def leader(self) -> LeaderInfo | None:
+        """The worker that leads maintenance (pruning, schedules), if one holds the lease."""
+        return await (await self.store()).get_leader(MAINTENANCE)
+
+    # -- periodic schedules ---------------------------------------------------------------
+
+    def periodic(
+        self,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        args: dict[str, JSON] | None = None,
+        name: str | None = None,
+        missed: Missed = "none",
+        jitter: float = 0.0,
+        grace: float = DEFAULT_GRACE,
+        **task_options: Any,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """Register a task (``task_options`` as for :meth:`task`) and enqueue it once per
+        tick of ``cron`` in ``timezone``, with ``args``, however many workers run.
+
+        The schedule is named after the task unless ``name`` is given. ``missed`` says
+        what happens to ticks that passed while no worker ran: ``"none"`` skips them
+        (a tick up to ``grace`` seconds late still runs), ``"latest"`` runs the latest
+        one. ``jitter`` delays each tick's job by a random 0 to ``jitter`` seconds.
+        """
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(**task_options)(fn)
+            self.schedule(
+                task,
+                cron=cron,
+                timezone=timezone,
+                args=args,
+                name=name,
+                missed=missed,
+                jitter=jitter,
+                grace=grace,
+            )
+            return task
+
+        return register
+
+    def schedule(
+        self,
+        task: str | Task,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        args: dict[str, JSON] | None = None,
+        name: str | None = None,
+        missed: Missed = "none",
+        jitter: float = 0.0,
+        grace: float = DEFAULT_GRACE,
+        queue: str | None = None,
+    ) -> Schedule:
+        """Enqueue a registered task once per tick of ``cron``; see :meth:`periodic`."""
+        task_name = task.name if isinstance(task, Task) else task
+        if task_name not in self.tasks:
+            raise ConfigError(f"cannot schedule unknown task {task_name!r}; register it first")
+        schedule = Schedule(
+            name=name or task_name,
+            task=task_name,
+            cron=cron,
+            timezone=timezone,
+            args=dict(args or {}),
+            missed=missed,
+            jitter=jitter,
+            grace=grace,
+            queue=queue,
+        )
+        if schedule.name in self.schedules:
+            raise ConfigError(f"a schedule named {schedule.name!r} already exists")
+        # Refuse args that could never be enqueued now, not at the first tick.
+        self.new_job(task_name, schedule.args, EnqueueOptions(queue=queue))
+        self.schedules[schedule.name] = schedule
+        return schedule
+
+    async def list_schedules(self) -> builtins.list[ScheduleRow]:
+        """Every schedule: this app's and those the database knows, with the last tick
+        dealt with, the next one, and the last job enqueued."""
+        rows = {r.name: r for r in await (await self.store()).list_schedules()}
+        now = await (await self.store()).db_time()
+        for name, schedule in self.schedules.items():
+            row = rows.get(name)
+            if row is None:
+                row = ScheduleRow(
+                    name,
+                    schedule.task,
+                    schedule.cron,
+                    schedule.timezone,
+                    False,
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            rows[name] = dataclasses.replace(
+                row, next_tick=schedule.next_tick(max(now, row.last_tick or now))
+            )
+        return [rows[n] for n in sorted(rows)]
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop enqueueing a schedule's ticks (ticks that pass meanwhile are skipped)."""
+        await self._set_schedule_paused(name, True)
+
+    async def resume_schedule(self, name: str) -> None:
+        """Enqueue a paused schedule's ticks again, from its next tick on."""
+        await self._set_schedule_paused(name, False)
+
+    async def _set_schedule_paused(self, name: str, paused: bool) -> None:
+        store = await self.store()
+        if await store.set_schedule_paused(name, paused):
+            return
+        schedule = self.schedules.get(name)
+        if schedule is None:
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        # Known to this app but not yet seen by a worker: record it, then set the flag.
+        now = await store.db_time()
+        await store.sync_schedule(name, schedule.task, schedule.cron, schedule.timezone, now)
+        await store.set_schedule_paused(name, paused)

@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
@@ -37,9 +38,10 @@ from rich.text import Text
 from tether import display
 from tether.app import DEFAULT_CANCEL_WAIT, App
 from tether.cancellation import CancellationRecord, CancellationResult
-from tether.config import WorkerConfig
+from tether.config import RetentionConfig, WorkerConfig, parse_age
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
-from tether.job import JSON, Job, JobEvent, TokenInfo
+from tether.job import JSON, Job, JobEvent, TokenInfo, WorkerInfo
+from tether.ops import LeaderInfo, PruneReport
 from tether.states import JobState
 from tether.store import create_store
 from tether.task import EnqueueOptions
@@ -301,6 +303,18 @@ def worker(
         ),
     ] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for --metrics-port.")] = "127.0.0.1",
+    retain: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retain",
+            metavar="KIND=AGE",
+            help="Keep finished rows this long before the maintenance leader prunes them "
+            "(repeatable): KIND is succeeded, failed, cancelled, audit or workers; AGE is "
+            "like 12h or 7d, or 'forever'. Defaults: the app's retention (succeeded=1d, "
+            "failed=7d, cancelled=7d, audit=90d, workers=7d).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C.
 
@@ -319,6 +333,10 @@ def worker(
     # A long-running worker logs every connection failure, with its timestamp.
     logging.getLogger("psycopg.pool").propagate = True
     app = open_app(database, app_ref)
+    if retain:
+        app.config = dataclasses.replace(
+            app.config, retention=retention_from(app.config.retention, retain)
+        )
     queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
     config = WorkerConfig(
         concurrency=concurrency,
@@ -1022,10 +1040,11 @@ def workers(
 ) -> None:
     """List workers: active and draining ones unless --all."""
     app = open_app(database, app_ref)
-    found = run(app, app.workers())
+    found, leader = run(app, _workers_and_leader(app))
     shown = found if show_all else [w for w in found if w.state in ("active", "draining")]
+    leads = leader.holder if leader is not None and leader.active else None
     if as_json:
-        print_json(shown)
+        print_json([{**display.to_json(w), "leader": w.id == leads} for w in shown])
         return
     if shown:
         now = now_utc()
@@ -1041,7 +1060,8 @@ def workers(
                 w.name or "",
                 w.host,
                 str(w.pid),
-                display.worker_state_text(w.state),
+                display.worker_state_text(w.state)
+                + (Text(" ★ leader", style="bold") if w.id == leads else ""),
                 str(w.running_jobs),
                 display.age(w.heartbeat_at, now) + " ago",
                 display.age(w.started_at, now) + " ago",
@@ -1060,6 +1080,7 @@ def workers(
     hidden = len(found) - len(shown)
     if hidden:
         out.print(Text(f"({hidden} stopped or dead not shown; use --all)", style="grey50"))
+    out.print(_leader_line(leader))
 
 
 # -- demo --------------------------------------------------------------------------------
@@ -1422,6 +1443,181 @@ def audit(
             row.detail or "",
         )
     out.print(table)
+
+
+# -- maintenance: the leader, retention -------------------------------------------------
+
+
+async def _workers_and_leader(app: App) -> tuple[list[WorkerInfo], LeaderInfo | None]:
+    return await app.workers(), await app.leader()
+
+
+def _leader_line(leader: LeaderInfo | None) -> Text:
+    if leader is None:
+        return Text("maintenance leader: none yet (no worker has run)", style="grey50")
+    if not leader.active:
+        return Text(
+            f"maintenance leader: none (the lease of {leader.holder} ran out; "
+            "another worker takes it within seconds)",
+            style="yellow",
+        )
+    return Text(f"maintenance leader: {leader.holder} (prunes and fires schedules)")
+
+
+def retention_from(base: RetentionConfig, specs: list[str]) -> RetentionConfig:
+    """``base`` with ``KIND=AGE`` overrides (``AGE`` may be ``forever``)."""
+    kinds = ("succeeded", "failed", "cancelled", "audit", "workers")
+    changes: dict[str, float | None] = {}
+    for spec in specs:
+        kind, sep, age = spec.partition("=")
+        kind = kind.strip().lower()
+        if not sep or kind not in kinds:
+            raise ConfigError(
+                f"bad --retain {spec!r}: use KIND=AGE with KIND one of {', '.join(kinds)}"
+            )
+        changes[kind] = None if age.strip().lower() == "forever" else parse_age(age)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+@cli.command()
+@friendly
+def prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="AGE",
+            help="Prune finished jobs older than this (e.g. 12h, 7d) instead of each "
+            "state's retention.",
+            show_default=False,
+        ),
+    ] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            "-s",
+            help="Only jobs in this final state: succeeded, failed or cancelled "
+            "(repeatable). Audit and worker rows are then left alone.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")
+    ] = False,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete finished jobs, old audit rows and gone workers now, in small batches.
+
+    Without options this applies the app's retention (succeeded 1 day, failed and
+    cancelled 7 days, audit 90 days, stopped and dead workers 7 days), as the workers'
+    maintenance leader does every minute. A job goes with its events, dependency links,
+    artifacts and cancellation records; jobs in a workflow with an active member stay.
+    """
+    age = parse_age(older_than) if older_than is not None else None
+    app = open_app(database, app_ref)
+    verb = "would delete" if dry_run else "deleted"
+    shown = [0.0]
+
+    def progress(what: str, report: PruneReport) -> None:
+        # At most a line a second: a big backlog takes hundreds of batches.
+        if not as_json and time.monotonic() - shown[0] >= 1.0:
+            shown[0] = time.monotonic()
+            err.print(
+                Text(
+                    f"{what}: {report.counts.get('jobs', 0)} jobs, {report.total} rows so far",
+                    style="grey50",
+                )
+            )
+
+    report = run(app, app.prune(older_than=age, states=state, dry_run=dry_run, progress=progress))
+    if as_json:
+        print_json({"dry_run": dry_run, "counts": report.counts, "kept": report.kept})
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("kind")
+    table.add_column(verb, justify="right")
+    for kind, n in report.counts.items():
+        table.add_row(kind, str(n))
+    out.print(table)
+    if report.kept:
+        out.print(
+            Text(f"{report.kept} old job(s) kept: their workflow is still active", style="grey50")
+        )
+
+
+schedule_cli = typer.Typer(help="Periodic schedules: list, pause and resume.", no_args_is_help=True)
+cli.add_typer(schedule_cli, name="schedule")
+
+
+@schedule_cli.command("list")
+@friendly
+def schedule_list(
+    database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List schedules with their next tick, the last tick dealt with and the last job.
+
+    With --app, the app's schedules are listed even before a worker has seen them.
+    """
+    app = open_app(database, app_ref)
+    rows = run(app, app.list_schedules())
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no schedules (declare them with @app.periodic(cron=...))")
+        return
+    now = now_utc()
+
+    def stamp(at: datetime | None, future: bool = False) -> str:
+        if at is None:
+            return "-"
+        span = display.duration(abs((at - now).total_seconds()))
+        return f"{at.strftime('%Y-%m-%d %H:%M:%S')} ({'in ' + span if future else span + ' ago'})"
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("name", "cron", "tz", "state", "next run", "last tick", "last run", "last job"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.name,
+            r.cron,
+            r.timezone,
+            Text("paused", style="yellow") if r.paused else Text("active", style="green"),
+            "-" if r.paused else stamp(r.next_tick, future=True),
+            stamp(r.last_tick),
+            stamp(r.last_run_at),
+            str(r.last_job_id) if r.last_job_id is not None else "-",
+        )
+    out.print(table)
+
+
+@schedule_cli.command("pause")
+@friendly
+def schedule_pause(
+    name: Annotated[str, typer.Argument(help="The schedule's name (see `schedule list`).")],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Stop enqueueing a schedule's ticks; ticks that pass meanwhile are skipped."""
+    app = open_app(database, app_ref)
+    run(app, app.pause_schedule(name))
+    out.print(f"[green]✓[/] schedule {escape(name)} paused")
+
+
+@schedule_cli.command("resume")
+@friendly
+def schedule_resume(
+    name: Annotated[str, typer.Argument(help="The schedule's name (see `schedule list`).")],
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Enqueue a paused schedule's ticks again, from its next tick on."""
+    app = open_app(database, app_ref)
+    run(app, app.resume_schedule(name))
+    out.print(f"[green]✓[/] schedule {escape(name)} resumed")
 
 
 def main() -> None:

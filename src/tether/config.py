@@ -66,6 +66,8 @@ class AppConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # A poll fallback for waits: notifications only shorten it.
     wait_poll_interval: float = 0.5
+    retention: RetentionConfig = field(default_factory=lambda: RetentionConfig())
+    maintenance: MaintenanceConfig = field(default_factory=lambda: MaintenanceConfig())
 
     def __post_init__(self) -> None:
         _positive("max_payload_bytes", self.max_payload_bytes)
@@ -157,3 +159,94 @@ class WorkerConfig:
                 "lease_duration must be at least 2 * heartbeat_interval + self_fence_margin "
                 f"({self.lease_duration} < {2 * self.heartbeat_interval + self.self_fence_margin})"
             )
+
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """How long finished work is kept before the pruner deletes it (seconds; ``None``
+    keeps it forever). Ages count from the moment a job finished, in database time.
+
+    - ``succeeded``: 1 day. A success needs no investigation; its result was read by
+      whoever waited for it, and success is the bulk of all rows, so it goes first.
+    - ``failed`` and ``cancelled``: 7 days. Failures and cancellations are what people
+      look into, often after a weekend; a week keeps them through one.
+    - ``audit``: 90 days. The audit log answers "who did this" long after the job is
+      gone, and compliance reviews are usually quarterly.
+    - ``workers``: 7 days for stopped and dead worker rows, as long as the failures
+      they may explain.
+
+    A job goes with its events, dependency links, artifacts and cancellation records.
+    Jobs in a workflow (parent, children, dependencies) with an active member are kept,
+    the whole workflow; a failed job that holds its concurrency key (see
+    ``App.configure_key``) is kept until a person retries or deletes it. Active jobs are
+    never pruned. ``batch_size`` rows go per transaction, ``batch_pause`` seconds apart,
+    so claims, heartbeats and the SQLite write lock are never held up for long.
+    """
+
+    succeeded: float | None = 1 * DAY
+    failed: float | None = 7 * DAY
+    cancelled: float | None = 7 * DAY
+    audit: float | None = 90 * DAY
+    workers: float | None = 7 * DAY
+    batch_size: int = 500
+    batch_pause: float = 0.05
+    # How often the maintenance leader prunes.
+    interval: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("succeeded", "failed", "cancelled", "audit", "workers"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"retention {name} must not be negative, got {value!r}")
+        if self.batch_size < 1:
+            raise ConfigError("retention batch_size must be at least 1")
+        if self.batch_pause < 0:
+            raise ConfigError("retention batch_pause must not be negative")
+        _positive("retention interval", self.interval)
+
+    def job_ages(self) -> dict[str, float]:
+        """The retention of each final state that is pruned at all."""
+        ages = {"succeeded": self.succeeded, "failed": self.failed, "cancelled": self.cancelled}
+        return {state: age for state, age in ages.items() if age is not None}
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """The maintenance leader: one worker at a time prunes and fires schedules.
+
+    Leadership is a lease row stamped with database time: the leader renews it every
+    ``leader_renew_interval`` seconds for ``leader_ttl`` seconds. A leader that dies, is
+    partitioned or is frozen (SIGSTOP) stops renewing, and another worker takes over
+    within ``leader_ttl + leader_renew_interval`` seconds (4 s by default). A leader that
+    cannot renew stops acting once its own monotonic clock says the lease ran out.
+    """
+
+    leader_ttl: float = 3.0
+    leader_renew_interval: float = 1.0
+    # How often the leader looks for due schedule ticks.
+    schedule_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive("leader_ttl", self.leader_ttl)
+        _positive("leader_renew_interval", self.leader_renew_interval)
+        _positive("schedule_interval", self.schedule_interval)
+        if self.leader_renew_interval >= self.leader_ttl:
+            raise ConfigError("leader_renew_interval must be shorter than leader_ttl")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY}
+    raw = text.strip().lower()
+    unit = units.get(raw[-1:]) if raw else None
+    number = raw[:-1] if unit is not None else raw
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"bad age {text!r}: use a number with s, m, h, d or w, e.g. 7d") from None
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"bad age {text!r}: it must be a finite, non-negative duration")
+    return value

@@ -93,3 +93,7 @@ class WaitForChildren(TetherError):
             raise ValueError("a phase needs a name")
         super().__init__(f"waiting for children; next phase: {phase}")
         self.phase = phase
+
+
+class ScheduleNotFoundError(TetherError, LookupError):
+    """No periodic schedule has this name."""

@@ -79,6 +79,14 @@ LEASE_LOSSES = Counter(
     "tether_lease_losses_total", "Attempts this worker stopped because it lost their lease."
 )
 HEARTBEAT_FAILURES = Counter("tether_heartbeat_failures_total", "Heartbeat writes that failed.")
+PRUNED = Counter(
+    "tether_pruned_total",
+    "Rows the retention pruner deleted, by kind (jobs, events, audit, workers, ...).",
+    ["kind"],
+)
+SCHEDULED = Counter(
+    "tether_scheduled_jobs_total", "Jobs this process enqueued for periodic schedules."
+)
 FORCE_KILLS = Counter(
     "tether_force_kills_total",
     "Handlers stopped at once (force cancel, timeout, lost lease, second stop).",
@@ -142,6 +150,12 @@ def zombies_rescued(count: int) -> None:
     """The rescuer handed back ``count`` jobs."""
     if count:
         ZOMBIES_RESCUED.inc(count)
+
+
+def pruned(kind: str, count: int) -> None:
+    """The pruner deleted ``count`` rows of ``kind``."""
+    if count:
+        PRUNED.labels(kind).inc(count)
 
 
 def lease_lost() -> None:

@@ -40,7 +40,7 @@ from tether.context import JobContext
 from tether.errors import Cancelled, ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, ThreadHandle, start_handler
 from tether.job import Beat, Job, Outcome
-from tether.maintenance import CancellationFollowUp, Rescuer
+from tether.maintenance import CancellationFollowUp, LeaderElection, Pruner, Rescuer, Scheduler
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -402,6 +402,9 @@ class Worker:
         self.completer: Completer
         self.rescuer: Rescuer
         self.follow_up: CancellationFollowUp
+        self.leader: LeaderElection
+        self.pruner: Pruner
+        self.scheduler: Scheduler
 
     @property
     def store(self) -> Store:
@@ -443,6 +446,26 @@ class Worker:
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
         )
+        # Pruning and schedules run on one maintenance leader at a time; rescue stays
+        # in every worker (see Rescuer).
+        maintenance = self.app.config.maintenance
+        self.leader = LeaderElection(
+            self._store,
+            self.id,
+            ttl=maintenance.leader_ttl,
+            interval=maintenance.leader_renew_interval,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
+        )
+        self.pruner = Pruner(self._store, self.app.config.retention, leader=self.leader)
+        self.scheduler = Scheduler(
+            self.app,
+            self._store,
+            interval=maintenance.schedule_interval,
+            leader=self.leader,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
+        )
         await self._open()
         self._services = [
             self.completer,
@@ -450,6 +473,9 @@ class Worker:
             self.rescuer,
             self.follow_up,
             self.claimer,
+            self.leader,
+            self.pruner,
+            self.scheduler,
         ]
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",
@@ -561,6 +587,8 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.leader.resign()  # another worker leads at its next round
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, "stopped")
         self._threads.shutdown(wait=False, cancel_futures=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import resources
 from typing import Protocol, runtime_checkable
 
@@ -31,6 +32,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
+from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 
 PidAlive = Callable[[int, int | None], bool]
 """``(pid, pid_start) -> alive``: whether a process on this host still runs."""
@@ -304,3 +306,57 @@ class Store(Protocol):
         self, owner: str, limit: int, offset: int
     ) -> list[CancellationRow]:
         """Cancellation records of the jobs ``owner`` enqueued, newest first."""
+
+    # -- maintenance: the leader's lease and retention ---------------------------------
+
+    async def db_time(self) -> datetime:
+        """The clock leases and schedules go by (PostgreSQL's ``now()``; on SQLite,
+        this host's clock)."""
+
+    async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
+        """Take the lease ``name`` for ``ttl`` seconds if it is free or ran out, or renew
+        it if ``holder`` has it; return whoever holds it now."""
+
+    async def resign(self, name: str, holder: str) -> None:
+        """Give up the lease ``name`` if ``holder`` has it."""
+
+    async def get_leader(self, name: str) -> LeaderInfo | None:
+        """Who holds the lease ``name``, if anybody took it yet."""
+
+    async def prune_jobs(
+        self,
+        state: str,
+        older_than: float,
+        limit: int,
+        after: tuple[object, int] | None,
+        dry_run: bool,
+    ) -> PruneBatch:
+        """Delete (or with ``dry_run`` count) up to ``limit`` jobs in the final ``state``
+        that finished more than ``older_than`` seconds ago, oldest first, after the
+        ``after`` cursor of the previous batch, with their events, dependency links,
+        artifacts and cancellation records. Jobs whose workflow has an active member
+        are kept, and so is a failed job that holds its concurrency key."""
+
+    async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
+        """Delete (or count) up to ``limit`` rows of ``kind`` older than ``older_than``
+        seconds: ``audit`` rows, or ``workers`` rows stopped or dead that long."""
+
+    # -- periodic schedules --------------------------------------------------------------
+
+    async def sync_schedule(
+        self, name: str, task: str, cron: str, timezone: str, start: datetime
+    ) -> ScheduleRow:
+        """Record a schedule's definition; a new one starts after ``start`` (its
+        ``last_tick``), an existing one keeps its state. Returns the row."""
+
+    async def advance_schedule(
+        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
+    ) -> bool:
+        """Move a schedule's ``last_tick`` forward to ``tick`` (never back), with the job
+        enqueued for it, if any; ``False`` if another scheduler got there first."""
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        """Every schedule row, by name."""
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        """Pause or resume a schedule; ``False`` if there is no such schedule."""

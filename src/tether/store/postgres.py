@@ -13,6 +13,7 @@ import json
 import logging
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any, LiteralString
 
 import psycopg
@@ -41,6 +42,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
+from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.states import ACTIVE, TERMINAL, transition_pairs
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
@@ -1274,5 +1276,247 @@ class PostgresStore:
             )
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
 
+    # -- maintenance: the leader's lease and retention ---------------------------------
+
+    async def db_time(self) -> datetime:
+        """The database clock, which leases and schedules go by."""
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT now() AS now")
+            row = await cur.fetchone()
+        assert row is not None
+        now: datetime = row["now"]
+        return now
+
+    async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
+        async with self._conn() as conn:
+            await conn.execute(Q_LEAD, {"name": name, "holder": holder, "ttl": ttl})
+            info = await self._leader(conn, name)
+        assert info is not None
+        return info
+
+    async def _leader(self, conn: Conn, name: str) -> LeaderInfo | None:
+        cur = await conn.execute(
+            "SELECT name, holder, since, expires_at, expires_at >= now() AS active "
+            "FROM tether_leaders WHERE name = %s",
+            (name,),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        return LeaderInfo(
+            row["name"], row["holder"], row["since"], row["expires_at"], row["active"]
+        )
+
+    async def resign(self, name: str, holder: str) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "DELETE FROM tether_leaders WHERE name = %s AND holder = %s", (name, holder)
+            )
+
+    async def get_leader(self, name: str) -> LeaderInfo | None:
+        async with self._conn() as conn:
+            return await self._leader(conn, name)
+
+    async def prune_jobs(
+        self,
+        state: str,
+        older_than: float,
+        limit: int,
+        after: tuple[object, int] | None,
+        dry_run: bool,
+    ) -> PruneBatch:
+        params: dict[str, Any] = {"state": state, "age": older_than, "limit": limit}
+        query = Q_PRUNE_PICK
+        if after is not None:
+            query = Q_PRUNE_PICK_AFTER
+            params.update(after_at=after[0], after_id=after[1])
+        if not dry_run:
+            # Rows another pruner is deleting are skipped, not waited for.
+            query = query + " FOR UPDATE SKIP LOCKED"
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(query, params)
+            rows = await cur.fetchall()
+            if not rows:
+                return PruneBatch({}, 0)
+            ids = [r["id"] for r in rows]
+            linked = [r["id"] for r in rows if r["linked"]]
+            kept: set[int] = set()
+            if linked:
+                cur = await conn.execute(Q_IN_LIVE_WORKFLOW, {"ids": linked})
+                kept = {r["id"] for r in await cur.fetchall()}
+            doomed = [i for i in ids if i not in kept]
+            counts = {}
+            for kind, table, where in _PRUNE_TABLES:
+                if dry_run:
+                    cur = await conn.execute(
+                        f"SELECT count(*) AS n FROM {table} WHERE {where}", {"ids": doomed}
+                    )
+                    row = await cur.fetchone()
+                    counts[kind] = int(row["n"]) if row else 0
+                else:
+                    cur = await conn.execute(f"DELETE FROM {table} WHERE {where}", {"ids": doomed})
+                    counts[kind] = cur.rowcount
+        last = rows[-1]
+        return PruneBatch(counts, len(rows), len(kept), (last["finished_at"], last["id"]))
+
+    async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
+        if kind == "audit":
+            pick: LiteralString = (
+                "SELECT id FROM tether_audit WHERE at < now() - make_interval(secs => %(age)s) "
+                "ORDER BY at"
+            )
+            table: LiteralString = "tether_audit"
+        elif kind == "workers":
+            pick = (
+                "SELECT id FROM tether_workers w WHERE state IN ('stopped', 'dead') "
+                "AND heartbeat_at < now() - make_interval(secs => %(age)s) "
+                "AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running' "
+                "AND j.worker_id = w.id) ORDER BY heartbeat_at"
+            )
+            table = "tether_workers"
+        else:
+            raise ValueError(f"unknown kind of rows to prune: {kind!r}")
+        async with self._conn() as conn:
+            if dry_run:
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM (" + pick + ") AS old", {"age": older_than}
+                )
+                row = await cur.fetchone()
+                return int(row["n"]) if row else 0
+            cur = await conn.execute(
+                "DELETE FROM " + table + " WHERE id IN (" + pick + " LIMIT %(limit)s)",
+                {"age": older_than, "limit": limit},
+            )
+            return cur.rowcount
+
+    # -- periodic schedules --------------------------------------------------------------
+
+    async def sync_schedule(
+        self, name: str, task: str, cron: str, timezone: str, start: datetime
+    ) -> ScheduleRow:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "INSERT INTO tether_schedules (name, task, cron, timezone, last_tick) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                "task = EXCLUDED.task, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone "
+                "RETURNING *",
+                (name, task, cron, timezone, start),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _schedule(row)
+
+    async def advance_schedule(
+        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
+    ) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE tether_schedules SET last_tick = %(tick)s, next_tick = %(next)s, "
+                "last_job_id = COALESCE(%(job)s, last_job_id), "
+                "last_run_at = CASE WHEN %(job)s::bigint IS NULL THEN last_run_at ELSE now() END "
+                "WHERE name = %(name)s AND (last_tick IS NULL OR last_tick < %(tick)s)",
+                {"tick": tick, "next": next_tick, "job": job_id, "name": name},
+            )
+            return cur.rowcount > 0
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT * FROM tether_schedules ORDER BY name")
+            return [_schedule(r) for r in await cur.fetchall()]
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE tether_schedules SET paused = %s WHERE name = %s", (paused, name)
+            )
+            return cur.rowcount > 0
+
 
 _API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)
+
+
+# Take the lease if it is free or ran out; renew it if it is ours.
+Q_LEAD: LiteralString = """
+INSERT INTO tether_leaders (name, holder, since, expires_at)
+VALUES (%(name)s, %(holder)s, now(), now() + make_interval(secs => %(ttl)s))
+ON CONFLICT (name) DO UPDATE SET
+    since = CASE WHEN tether_leaders.holder = EXCLUDED.holder THEN tether_leaders.since
+            ELSE EXCLUDED.since END,
+    holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE tether_leaders.holder = EXCLUDED.holder OR tether_leaders.expires_at < now()
+"""
+
+_PRUNE_PICK: LiteralString = """
+SELECT id, finished_at, parent_id IS NOT NULL OR has_children OR has_dependents
+       OR EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = j.id) AS linked
+FROM tether_jobs j
+WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
+  -- A failed job that holds its concurrency key stays until a person acts.
+  AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS (
+      SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits) AND l.kind = 'key'
+      AND l.block_on_hold))
+"""
+Q_PRUNE_PICK: LiteralString = _PRUNE_PICK + "ORDER BY state, finished_at, id LIMIT %(limit)s"
+Q_PRUNE_PICK_AFTER: LiteralString = (
+    _PRUNE_PICK
+    + "AND (finished_at, id) > (%(after_at)s, %(after_id)s) "
+    + "ORDER BY state, finished_at, id LIMIT %(limit)s"
+)
+
+# The jobs a pruning batch deletes with their rows elsewhere, or counts in a dry run.
+_PRUNE_TABLES: tuple[tuple[str, LiteralString, LiteralString], ...] = (
+    ("events", "tether_job_events", "job_id = ANY(%(ids)s::bigint[])"),
+    (
+        "dependencies",
+        "tether_dependencies",
+        "job_id = ANY(%(ids)s::bigint[]) OR depends_on = ANY(%(ids)s::bigint[])",
+    ),
+    ("artifacts", "tether_artifacts", "job_id = ANY(%(ids)s::bigint[])"),
+    ("cancellations", "tether_cancellations", "job_id = ANY(%(ids)s::bigint[])"),
+    ("jobs", "tether_jobs", "id = ANY(%(ids)s::bigint[])"),
+)
+
+# Every job connected to the seeds through parents, children and dependencies, either way.
+_NEIGHBOURS: LiteralString = """
+CROSS JOIN LATERAL (
+    SELECT j.parent_id AS id FROM tether_jobs j WHERE j.id = r.id AND j.parent_id IS NOT NULL
+    UNION ALL SELECT c.id FROM tether_jobs c WHERE c.parent_id = r.id
+    UNION ALL SELECT d.depends_on FROM tether_dependencies d WHERE d.job_id = r.id
+    UNION ALL SELECT d.job_id FROM tether_dependencies d WHERE d.depends_on = r.id
+) AS x
+"""
+
+# Those of the ids whose workflow has an active member. Two walks: everything connected
+# to the ids, then everything connected to the active jobs found there. Each costs the
+# size of the workflows touched, not of the table.
+Q_IN_LIVE_WORKFLOW: LiteralString = (
+    """
+WITH RECURSIVE reach(id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+    UNION SELECT x.id FROM reach r """
+    + _NEIGHBOURS
+    + """
+), live(id) AS (
+    SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach)
+        AND j.state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
+    UNION SELECT x.id FROM live r """
+    + _NEIGHBOURS
+    + """
+)
+SELECT id FROM live WHERE id = ANY(%(ids)s::bigint[])
+"""
+)
+
+
+def _schedule(row: dict[str, Any]) -> ScheduleRow:
+    return ScheduleRow(
+        name=row["name"],
+        task=row["task"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        paused=row["paused"],
+        last_tick=row["last_tick"],
+        next_tick=row["next_tick"],
+        last_run_at=row["last_run_at"],
+        last_job_id=row["last_job_id"],
+    )

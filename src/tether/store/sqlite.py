@@ -14,6 +14,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, TypeVar
 
 from tether import hints as h
@@ -37,6 +38,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
+from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.states import TERMINAL, transition_pairs
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
@@ -47,6 +49,7 @@ from tether.store.rows import (
     RESCUE_STATE,
     RowReader,
     effective_state,
+    epoch_to_dt,
 )
 
 T = TypeVar("T")
@@ -1228,6 +1231,195 @@ class SqliteStore:
 
         return await self._call(run)
 
+    # -- maintenance: the leader's lease and retention ---------------------------------
+
+    async def db_time(self) -> datetime:
+        """This process's clock as SQLite reads it (every process on the file has its
+        own; leases and schedules on SQLite are as good as the host clocks agree)."""
+        row = await self._call(lambda: self._db().execute(f"SELECT {NOW}").fetchone())
+        now = epoch_to_dt(row[0])
+        assert now is not None
+        return now
+
+    def _leader(self, conn: sqlite3.Connection, name: str) -> LeaderInfo | None:
+        row = conn.execute(
+            f"SELECT name, holder, since, expires_at, expires_at >= {NOW} AS active "
+            "FROM tether_leaders WHERE name = ?",
+            (name,),
+        ).fetchone()
+        if row is None:
+            return None
+        since, expires = epoch_to_dt(row["since"]), epoch_to_dt(row["expires_at"])
+        assert since is not None and expires is not None
+        return LeaderInfo(row["name"], row["holder"], since, expires, bool(row["active"]))
+
+    async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
+        def run(conn: sqlite3.Connection) -> LeaderInfo:
+            # Take the lease if it is free or ran out; renew it if it is ours.
+            conn.execute(
+                "INSERT INTO tether_leaders (name, holder, since, expires_at) "
+                f"VALUES (?, ?, {NOW}, {NOW} + ?) ON CONFLICT (name) DO UPDATE SET "
+                "since = CASE WHEN holder = excluded.holder THEN since ELSE excluded.since END, "
+                "holder = excluded.holder, expires_at = excluded.expires_at "
+                "WHERE holder = excluded.holder OR expires_at < excluded.since",
+                (name, holder, ttl),
+            )
+            info = self._leader(conn, name)
+            assert info is not None
+            return info
+
+        return await self._write_async(run)
+
+    async def resign(self, name: str, holder: str) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                "DELETE FROM tether_leaders WHERE name = ? AND holder = ?", (name, holder)
+            )
+        )
+
+    async def get_leader(self, name: str) -> LeaderInfo | None:
+        return await self._call(lambda: self._leader(self._db(), name))
+
+    async def prune_jobs(
+        self,
+        state: str,
+        older_than: float,
+        limit: int,
+        after: tuple[object, int] | None,
+        dry_run: bool,
+    ) -> PruneBatch:
+        def run(conn: sqlite3.Connection) -> PruneBatch:
+            params: list[Any] = [state, older_than]
+            since = ""
+            if after is not None:
+                since = "AND (finished_at, id) > (?, ?) "
+                params += [after[0], after[1]]
+            rows = conn.execute(
+                "SELECT id, finished_at, parent_id IS NOT NULL OR has_children "
+                "OR has_dependents OR EXISTS (SELECT 1 FROM tether_dependencies d "
+                "WHERE d.job_id = tether_jobs.id) AS linked FROM tether_jobs "
+                f"WHERE state = ? AND finished_at < {NOW} - ? {since}"
+                # A failed job that holds its concurrency key stays until a person acts.
+                "AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS ("
+                "SELECT 1 FROM json_each(tether_jobs.limits) e JOIN tether_limits l "
+                "ON l.name = e.value WHERE l.kind = 'key' AND l.block_on_hold)) "
+                "ORDER BY state, finished_at, id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+            if not rows:
+                return PruneBatch({}, 0)
+            ids = [r["id"] for r in rows]
+            linked = [r["id"] for r in rows if r["linked"]]
+            kept = set(_in_live_workflow(conn, linked)) if linked else set()
+            doomed = json.dumps([i for i in ids if i not in kept])
+            counts = _delete_jobs(conn, doomed, dry_run)
+            last = rows[-1]
+            return PruneBatch(counts, len(rows), len(kept), (last["finished_at"], last["id"]))
+
+        if dry_run:
+            return await self._call(lambda: run(self._db()))
+        return await self._write_async(run)
+
+    async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
+        if kind == "audit":
+            pick = f"SELECT id FROM tether_audit WHERE at < {NOW} - ? ORDER BY at"
+            table = "tether_audit"
+        elif kind == "workers":
+            pick = (
+                "SELECT id FROM tether_workers w WHERE state IN ('stopped', 'dead') "
+                f"AND heartbeat_at < {NOW} - ? AND NOT EXISTS (SELECT 1 FROM tether_jobs j "
+                "WHERE j.state = 'running' AND j.worker_id = w.id) ORDER BY heartbeat_at"
+            )
+            table = "tether_workers"
+        else:
+            raise ValueError(f"unknown kind of rows to prune: {kind!r}")
+        if dry_run:
+            row = await self._call(
+                lambda: (
+                    self._db().execute(f"SELECT COUNT(*) FROM ({pick})", (older_than,)).fetchone()
+                )
+            )
+            return int(row[0])
+        return await self._write_async(
+            lambda conn: (
+                conn.execute(
+                    f"DELETE FROM {table} WHERE id IN ({pick} LIMIT ?)", (older_than, limit)
+                ).rowcount
+            )
+        )
+
+    # -- periodic schedules --------------------------------------------------------------
+
+    def _schedule(self, row: sqlite3.Row) -> ScheduleRow:
+        return ScheduleRow(
+            name=row["name"],
+            task=row["task"],
+            cron=row["cron"],
+            timezone=row["timezone"],
+            paused=bool(row["paused"]),
+            last_tick=epoch_to_dt(row["last_tick"]),
+            next_tick=epoch_to_dt(row["next_tick"]),
+            last_run_at=epoch_to_dt(row["last_run_at"]),
+            last_job_id=row["last_job_id"],
+        )
+
+    async def sync_schedule(
+        self, name: str, task: str, cron: str, timezone: str, start: datetime
+    ) -> ScheduleRow:
+        def run(conn: sqlite3.Connection) -> ScheduleRow:
+            row = conn.execute(
+                "INSERT INTO tether_schedules (name, task, cron, timezone, last_tick, "
+                f"created_at) VALUES (?, ?, ?, ?, ?, {NOW}) ON CONFLICT (name) DO UPDATE SET "
+                "task = excluded.task, cron = excluded.cron, timezone = excluded.timezone "
+                "RETURNING *",
+                (name, task, cron, timezone, start.timestamp()),
+            ).fetchone()
+            return self._schedule(row)
+
+        return await self._write_async(run)
+
+    async def advance_schedule(
+        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
+    ) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE tether_schedules SET last_tick = ?, next_tick = ?, "
+                    "last_job_id = COALESCE(?, last_job_id), "
+                    f"last_run_at = CASE WHEN ? IS NULL THEN last_run_at ELSE {NOW} END "
+                    "WHERE name = ? AND (last_tick IS NULL OR last_tick < ?)",
+                    (
+                        tick.timestamp(),
+                        next_tick.timestamp() if next_tick else None,
+                        job_id,
+                        job_id,
+                        name,
+                        tick.timestamp(),
+                    ),
+                ).rowcount
+                > 0
+            )
+
+        return await self._write_async(run)
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        def run() -> list[ScheduleRow]:
+            rows = self._db().execute("SELECT * FROM tether_schedules ORDER BY name")
+            return [self._schedule(r) for r in rows]
+
+        return await self._call(run)
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE tether_schedules SET paused = ? WHERE name = ?", (int(paused), name)
+                ).rowcount
+                > 0
+            )
+
+        return await self._write_async(run)
+
 
 _API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
 
@@ -1245,3 +1437,55 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         statements.append(buf.strip())
     return statements
+
+
+# The jobs a pruning batch deletes with their rows elsewhere, or counts in a dry run.
+_PRUNE_TABLES = (
+    ("events", "tether_job_events", "job_id IN {each}"),
+    ("dependencies", "tether_dependencies", "job_id IN {each} OR depends_on IN {each}"),
+    ("artifacts", "tether_artifacts", "job_id IN {each}"),
+    ("cancellations", "tether_cancellations", "job_id IN {each}"),
+    ("jobs", "tether_jobs", "id IN {each}"),
+)
+
+
+def _delete_jobs(conn: sqlite3.Connection, ids_json: str, dry_run: bool) -> dict[str, int]:
+    counts = {}
+    for kind, table, where in _PRUNE_TABLES:
+        cond = where.format(each=EACH)
+        args = (ids_json,) * cond.count("?")
+        if dry_run:
+            counts[kind] = int(
+                conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {cond}", args).fetchone()[0]
+            )
+        else:
+            counts[kind] = conn.execute(f"DELETE FROM {table} WHERE {cond}", args).rowcount
+    return counts
+
+
+# Every job connected to the seeds through parents, children and dependencies, either way.
+_REACH = """
+    UNION SELECT j.parent_id FROM tether_jobs j JOIN {cte} r ON j.id = r.id
+        WHERE j.parent_id IS NOT NULL
+    UNION SELECT c.id FROM tether_jobs c JOIN {cte} r ON c.parent_id = r.id
+    UNION SELECT d.depends_on FROM tether_dependencies d JOIN {cte} r ON d.job_id = r.id
+    UNION SELECT d.job_id FROM tether_dependencies d JOIN {cte} r ON d.depends_on = r.id
+"""
+
+
+def _in_live_workflow(conn: sqlite3.Connection, ids: list[int]) -> list[int]:
+    """Those of ``ids`` whose workflow (the jobs connected to them) has an active member.
+
+    Two walks: first everything connected to ``ids``, then, from the active jobs found
+    there, everything connected to those: the ids reached last are kept. Each walk costs
+    the size of the workflows touched, not of the table.
+    """
+    seeds = json.dumps(ids)
+    rows = conn.execute(
+        f"WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(?) {_REACH.format(cte='reach')}"
+        f"), live(id) AS (SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach) "
+        f"AND j.state IN ({LIVE_SQL}) {_REACH.format(cte='live')}) "
+        "SELECT value FROM json_each(?) WHERE value IN (SELECT id FROM live)",
+        (seeds, seeds),
+    )
+    return [int(r[0]) for r in rows]

@@ -12,7 +12,7 @@ from tether import __version__
 from tether.app import App
 from tether.web import dashboard, errors
 from tether.web.guard import Guard
-from tether.web.routes import control, jobs, root, stream
+from tether.web.routes import control, jobs, root, schedules, stream
 from tether.web.security import Api
 from tether.web.settings import ApiSettings
 
@@ -64,6 +64,7 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
     errors.install(api)
     api.include_router(jobs.router, prefix="/api")
     api.include_router(control.router, prefix="/api")
+    api.include_router(schedules.router, prefix="/api")
     api.include_router(stream.router, prefix="/api")
     api.include_router(root.router)
     dashboard.install(api)

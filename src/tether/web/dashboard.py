@@ -38,7 +38,7 @@ from tether.job import Job
 from tether.states import JobState
 from tether.web.errors import ApiError, classify
 from tether.web.models import MAX_ID, CancelIn, PauseIn, QueuePauseIn
-from tether.web.routes import control, jobs, stream
+from tether.web.routes import control, jobs, schedules, stream
 from tether.web.security import ADMINS, ALL_ROLES, WRITERS, Api, Caller, authorize
 
 log = logging.getLogger("tether.web")
@@ -546,13 +546,39 @@ async def queues_page(request: Request, v: Page) -> HTMLResponse:
 
 @router.get("/workers", response_class=HTMLResponse)
 async def workers_page(request: Request, v: Page) -> HTMLResponse:
-    workers = (await control.list_workers(await v.caller("worker.list", ALL_ROLES))).items
+    listed = await control.list_workers(await v.caller("worker.list", ALL_ROLES))
     return render(
         v,
         "workers_live.html" if fragment(request) else "workers.html",
         nav="workers",
-        workers=workers,
+        workers=listed.items,
+        leader=listed.leader,
     )
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+async def schedules_page(request: Request, v: Page) -> HTMLResponse:
+    caller = await v.caller("schedule.list", ALL_ROLES)
+    return render(
+        v,
+        "schedules_live.html" if fragment(request) else "schedules.html",
+        nav="schedules",
+        schedules=(await schedules.list_schedules(caller)).items,
+    )
+
+
+@router.post("/schedules/{name}/pause")
+async def schedule_pause(name: QueueName, v: Post) -> Response:
+    caller = await v.caller("schedule.pause", ADMINS)
+    await act(v, f"schedule {name} paused", schedules.pause_schedule(name, caller))
+    return redirect("/schedules")
+
+
+@router.post("/schedules/{name}/resume")
+async def schedule_resume(name: QueueName, v: Post) -> Response:
+    caller = await v.caller("schedule.resume", ADMINS)
+    await act(v, f"schedule {name} resumed", schedules.resume_schedule(name, caller))
+    return redirect("/schedules")
 
 
 @router.get("/cancellations", response_class=HTMLResponse)
@@ -726,7 +752,10 @@ async def queue_resume(name: QueueName, v: Post) -> Response:
 # -- wiring --------------------------------------------------------------------------------
 
 
-PAGES = {"", "jobs", "queues", "workers", "cancellations", "demo", "ui", "login", "logout"}
+PAGES = {
+    *("", "jobs", "queues", "workers", "cancellations", "demo", "ui", "login", "logout"),
+    "schedules",
+}
 
 
 def _is_page(request: Request) -> bool:

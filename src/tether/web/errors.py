@@ -21,6 +21,7 @@ from tether.errors import (
     JobNotFoundError,
     LeaseLostError,
     PayloadTooLargeError,
+    ScheduleNotFoundError,
     StoreError,
     TetherError,
     UnknownTaskError,
@@ -33,6 +34,7 @@ log = logging.getLogger("tether.web")
 # (exception type, HTTP status, code), most specific first.
 TETHER_ERRORS: tuple[tuple[type[TetherError], int, str], ...] = (
     (JobNotFoundError, 404, "not_found"),
+    (ScheduleNotFoundError, 404, "not_found"),
     (IllegalTransitionError, 409, "illegal_transition"),
     (PayloadTooLargeError, 413, "payload_too_large"),
     (UnknownTaskError, 422, "unknown_task"),

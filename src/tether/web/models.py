@@ -512,6 +512,8 @@ class WorkerList(BaseModel):
     """Workers, newest first."""
 
     items: list[WorkerOut]
+    # The worker that leads maintenance (pruning, schedules), if one holds the lease.
+    leader: str | None = None
 
 
 class Stats(BaseModel):

@@ -141,7 +141,11 @@ async def list_workers(
     for job in running:
         if job.worker_id is not None:
             by_worker.setdefault(job.worker_id, []).append(job.id)
-    return WorkerList(items=[WorkerOut.of(w, sorted(by_worker.get(w.id, []))) for w in workers])
+    leader = await caller.app.leader()
+    return WorkerList(
+        items=[WorkerOut.of(w, sorted(by_worker.get(w.id, []))) for w in workers],
+        leader=leader.holder if leader is not None and leader.active else None,
+    )
 
 
 @router.get("/stats", response_model=Stats, tags=["workers"], summary="Jobs in each state")
