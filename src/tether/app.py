@@ -41,7 +41,7 @@ from tether.job import (
 )
 from tether.portal import Portal
 from tether.states import JobState
-from tether.store import Store, create_store
+from tether.store import Store, caller_store, create_store
 from tether.task import EnqueueOptions, Executor, Task, is_async
 from tether.workflow import Workflow
 
@@ -240,12 +240,13 @@ class App:
         """Enqueue one job. ``options`` are those of :class:`EnqueueOptions`.
 
         With an ``idempotency_key`` that already exists, the existing job is returned
-        and nothing new is created.
+        and nothing new is created. With ``connection`` (the caller's open transaction),
+        the job commits or rolls back with the caller's writes.
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task
         new = self.new_job(name, args, opts)
-        (job,) = await (await self.store()).enqueue([new])
+        (job,) = await self._insert([new], opts.connection)
         return job
 
     async def enqueue_many(
@@ -254,10 +255,13 @@ class App:
         """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
         opts = EnqueueOptions(**options)
         new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
-        return await (await self.store()).enqueue(new)
+        return await self._insert(new, opts.connection)
 
-    async def enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
+    async def enqueue_workflow(
+        self, workflow: Workflow, *, connection: object | None = None
+    ) -> dict[str, Job]:
         """Enqueue every job of ``workflow`` in one transaction; returns them by name.
+        With ``connection``, that transaction is the caller's.
 
         A cycle, an unknown name or an unknown or dead dependency id is a clear
         :class:`InvalidJobError`, and nothing is written.
@@ -276,8 +280,17 @@ class App:
                     ),
                 )
             )
-        jobs = await (await self.store()).enqueue(new)
+        jobs = await self._insert(new, connection)
         return {node.name: job for node, job in zip(nodes, jobs, strict=True)}
+
+    async def _insert(
+        self, new: builtins.list[NewJob], connection: object | None
+    ) -> builtins.list[Job]:
+        if connection is None:
+            return await (await self.store()).enqueue(new)
+        # The app's own store is not touched: on SQLite its connection would wait for
+        # the write lock the caller holds.
+        return await caller_store(self.url, connection).enqueue(new)
 
     def enqueue_sync(
         self,
@@ -287,7 +300,11 @@ class App:
         **options: Any,
     ) -> Job:
         """Blocking :meth:`enqueue` for sync code."""
-        return self.run_sync(self.enqueue(task, args, opts, **options))
+        opts = opts or EnqueueOptions(**options)
+        if opts.connection is not None:
+            # The caller's connection stays in the caller's thread (sqlite3 insists).
+            return asyncio.run(self.enqueue(task, args, opts))
+        return self.run_sync(self.enqueue(task, args, opts))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -572,6 +589,21 @@ class App:
         from tether.worker import Worker
 
         return Worker(self, config or WorkerConfig(**settings))
+
+    async def run_until_idle(
+        self, *, queues: Sequence[str] | None = None, timeout: float | None = None
+    ) -> builtins.list[Job]:
+        """Run every due job in this process until none is left; return the jobs that ran,
+        as they ended. For tests and scripts; see :func:`tether.drain.run_until_idle`."""
+        from tether.drain import run_until_idle
+
+        return await run_until_idle(self, queues=tuple(queues) if queues else None, timeout=timeout)
+
+    def run_until_idle_sync(
+        self, *, queues: Sequence[str] | None = None, timeout: float | None = None
+    ) -> builtins.list[Job]:
+        """Blocking :meth:`run_until_idle`."""
+        return self.run_sync(self.run_until_idle(queues=queues, timeout=timeout))
 
     # -- the API -------------------------------------------------------------------------
 

@@ -32,6 +32,9 @@ class EnqueueOptions:
     owner: str | None = None
     budget: int | None = None
     depends_on: tuple[int, ...] = ()
+    connection: object | None = None
+    """The caller's database connection, in a transaction: the job commits or rolls
+    back with it (a psycopg 3 connection, or a ``sqlite3.Connection`` to the same file)."""
 
 
 class Task:

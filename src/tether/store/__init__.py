@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, InvalidJobError
 from tether.store.base import Store
 
-__all__ = ["Store", "create_store", "parse_sqlite_path"]
+__all__ = ["Store", "caller_store", "create_store", "parse_sqlite_path"]
 
 
 def parse_sqlite_path(url: str) -> str:
@@ -44,4 +44,34 @@ def create_store(url: str) -> Store:
         return PostgresStore(url)
     raise ConfigError(
         f"unsupported database URL {url!r}: use sqlite:///path.db or postgresql://host/db"
+    )
+
+
+def caller_store(url: str, connection: object) -> Store:
+    """A store for ``url`` whose writes join ``connection``'s open transaction.
+
+    ``connection`` is a psycopg 3 connection (async or blocking) to the PostgreSQL
+    database, or a ``sqlite3.Connection`` to the same SQLite file. Jobs enqueued through
+    it commit or roll back with the caller's own writes.
+    """
+    import sqlite3
+
+    scheme = urlsplit(url).scheme.lower()
+    if isinstance(connection, sqlite3.Connection):
+        if scheme != "sqlite":
+            raise InvalidJobError("a sqlite3 connection was given, but the app uses PostgreSQL")
+        from tether.store.sqlite import CallerSqliteStore
+
+        return CallerSqliteStore(url, parse_sqlite_path(url), connection)
+    import psycopg
+
+    if isinstance(connection, psycopg.AsyncConnection | psycopg.Connection):
+        if scheme not in ("postgresql", "postgres"):
+            raise InvalidJobError("a psycopg connection was given, but the app uses SQLite")
+        from tether.store.postgres import CallerPostgresStore
+
+        return CallerPostgresStore(url, connection)
+    raise InvalidJobError(
+        "connection must be a psycopg 3 connection or a sqlite3.Connection, "
+        f"not {type(connection).__name__}"
     )

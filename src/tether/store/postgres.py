@@ -20,7 +20,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether import hints as h
-from tether.errors import JobNotFoundError, StoreError
+from tether.errors import InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -1246,6 +1246,85 @@ class PostgresStore:
                 (owner, limit, offset),
             )
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
+
+
+class CallerPostgresStore(PostgresStore):
+    """A store whose statements run in the caller's transaction, on its own connection.
+
+    The ordinary store code runs on the caller's psycopg connection (async or blocking)
+    inside a savepoint, so the rows and their NOTIFY commit or roll back with the
+    caller's own writes (PostgreSQL delivers a NOTIFY at commit), and a failure leaves
+    the caller's transaction usable.
+    """
+
+    def __init__(
+        self, url: str, conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]
+    ) -> None:
+        # No pool and no listener: every statement uses the caller's connection.
+        self.url = url
+        self.hints = Hints()
+        self._opened = True
+        self._rows = RowReader(text_json=False, epoch_times=False)
+        self._listener = None
+        self._caller = conn
+
+    async def open(self) -> None:
+        pass  # the caller owns the connection
+
+    async def close(self) -> None:
+        pass
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        caller: Any = self._caller
+        status = caller.info.transaction_status
+        if status == psycopg.pq.TransactionStatus.INERROR:
+            raise InvalidJobError("the connection's transaction has failed; roll it back first")
+        if status == psycopg.pq.TransactionStatus.IDLE and caller.autocommit:
+            raise InvalidJobError(
+                "the connection is in autocommit mode outside a transaction; enqueue inside "
+                "`with conn.transaction():` so the job commits with your writes"
+            )
+        face: Any = caller if isinstance(caller, psycopg.AsyncConnection) else _BlockingFace(caller)
+        saved = caller.row_factory
+        caller.row_factory = dict_row
+        try:
+            if status == psycopg.pq.TransactionStatus.IDLE:
+                # A transaction block on an idle connection would commit at its end;
+                # any statement opens the caller's implicit transaction instead.
+                await face.execute("SELECT 1")
+            yield face
+        except psycopg.Error as exc:
+            raise StoreError(f"postgresql: {exc}") from exc
+        finally:
+            caller.row_factory = saved
+
+
+class _BlockingFace:
+    """The async calls the store makes, on a blocking psycopg connection. Each statement
+    blocks its thread, which is the caller's, and the caller is waiting for it anyway."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    async def execute(self, query: Any, params: Any = None) -> _BlockingCursor:
+        return _BlockingCursor(self._conn.execute(query, params))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        with self._conn.transaction():
+            yield
+
+
+class _BlockingCursor:
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+
+    async def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    async def fetchone(self) -> Any:
+        return self._cur.fetchone()
 
 
 _API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)

@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from tether import hints as h
-from tether.errors import JobNotFoundError, StoreError
+from tether.errors import InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -1218,6 +1219,71 @@ class SqliteStore:
             return [self._rows.cancellation(r) for r in rows]
 
         return await self._call(run)
+
+
+class CallerSqliteStore(SqliteStore):
+    """A store whose writes join the caller's open transaction on the same file.
+
+    It runs the ordinary store code on the caller's ``sqlite3.Connection``, in the
+    caller's thread, inside a SAVEPOINT: the rows commit or roll back with the
+    caller's own writes, and a failure leaves the caller's transaction as it was.
+    Nothing is announced in-process; a worker's ``data_version`` watch sees the commit.
+    """
+
+    def __init__(self, url: str, path: str, conn: sqlite3.Connection) -> None:
+        super().__init__(url, path)
+        self._caller = conn
+        self._check_same_file()
+
+    def _check_same_file(self) -> None:
+        row = self._caller.execute("PRAGMA database_list").fetchone()
+        theirs = row[2] if row is not None else ""
+        mine = self.path.split("?", 1)[0].removeprefix("file:")
+        if theirs and os.path.exists(mine) and not os.path.samefile(theirs, mine):
+            raise InvalidJobError(
+                f"the connection is to {theirs}, not to this app's database {mine}"
+            )
+
+    async def open(self) -> None:
+        pass  # the caller owns the connection
+
+    async def close(self) -> None:
+        pass
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        conn = self._caller
+        saved = conn.row_factory
+        conn.row_factory = sqlite3.Row
+        try:
+            return fn(*args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+        finally:
+            conn.row_factory = saved
+
+    def _db(self) -> sqlite3.Connection:
+        return self._caller
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._caller
+        if not conn.in_transaction:
+            if conn.isolation_level is None:
+                raise InvalidJobError(
+                    "the sqlite3 connection is in autocommit mode outside a transaction; "
+                    "run BEGIN first, so the job commits with your writes"
+                )
+            # The driver would begin at our first INSERT anyway; take the write lock now
+            # so the reads before it see what the insert will.
+            conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SAVEPOINT tether_enqueue")
+        try:
+            out = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK TO tether_enqueue")
+            conn.execute("RELEASE tether_enqueue")
+            raise
+        conn.execute("RELEASE tether_enqueue")
+        return out
 
 
 _API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
