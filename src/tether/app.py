@@ -8,7 +8,7 @@ import dataclasses
 import os
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tether import hints as h
 from tether import payload
@@ -41,24 +41,42 @@ from tether.job import (
 )
 from tether.portal import Portal
 from tether.states import JobState
-from tether.store import Store, caller_store, create_store
+from tether.store import (
+    MEMORY_URL,
+    Store,
+    caller_store,
+    create_store,
+    memory_url,
+    parse_sqlite_path,
+)
 from tether.task import EnqueueOptions, Executor, Task, is_async
 from tether.workflow import Workflow
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 DEFAULT_CANCEL_WAIT = 30.0
 
 
 class App:
     """A tether application: the tasks it knows and the database it uses.
 
-    ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``. The
+    ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``;
+    ``sqlite://:memory:`` gives the App an in-memory database of its own (for tests). The
     schema is migrated on first use unless ``config.auto_migrate`` is off.
     """
 
     def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
+        self._memory: object | None = None
+        if self.url == MEMORY_URL:
+            # Tests: a database of this App's own, shared by its stores on every loop,
+            # and kept alive by one connection for as long as the App lives.
+            from tether.store.sqlite import hold_memory_database
+
+            self.url = memory_url()
+            self._memory = hold_memory_database(parse_sqlite_path(self.url))
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
@@ -76,7 +94,7 @@ class App:
     # -- tasks ---------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(self, fn: Callable[Concatenate[Any, P], R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -90,7 +108,7 @@ class App:
         executor: Executor | None = None,
         priority: int = 0,
         resources: Sequence[str] = (),
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy misreads the positional-only fn
         self,
@@ -191,6 +209,7 @@ class App:
             args = {}
         if not isinstance(args, dict):
             raise InvalidJobError(f"args must be a JSON object (a dict), got {type(args).__name__}")
+        args = task.arguments.for_storage(args)
         try:
             args_json = payload.encode(args)
         except ValueError as exc:

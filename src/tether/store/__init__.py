@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import secrets
 from urllib.parse import urlsplit
 
 from tether.errors import ConfigError, InvalidJobError
 from tether.store.base import Store
 
-__all__ = ["Store", "caller_store", "create_store", "parse_sqlite_path"]
+__all__ = [
+    "MEMORY_URL",
+    "Store",
+    "caller_store",
+    "create_store",
+    "memory_url",
+    "parse_sqlite_path",
+]
 
 
 def parse_sqlite_path(url: str) -> str:
@@ -18,9 +26,24 @@ def parse_sqlite_path(url: str) -> str:
     path = url[len(prefix) :]
     if not path or path.endswith("/"):
         raise ConfigError(f"malformed SQLite URL {url!r}: it names no file")
+    if path.startswith("file:tether-") and "mode=memory" in path:
+        return path  # a private in-memory database (see memory_url)
     if path == ":memory:" or path.startswith("file::memory"):
-        raise ConfigError("tether needs a SQLite file that workers can share, not :memory:")
+        raise ConfigError(
+            "tether needs a SQLite file that workers can share, not :memory: "
+            f"(for tests, {MEMORY_URL} is one in-memory database per App)"
+        )
     return path
+
+
+MEMORY_URL = "sqlite://:memory:"
+"""An in-memory database for tests: each App given it gets its own (see memory_url)."""
+
+
+def memory_url() -> str:
+    """A fresh in-memory SQLite database that every connection of this process can
+    share (a shared-cache memory URI); it lives while one connection to it is open."""
+    return f"sqlite:///file:tether-{secrets.token_hex(8)}?mode=memory&cache=shared"
 
 
 def create_store(url: str) -> Store:

@@ -113,6 +113,7 @@ class SqliteStore:
             timeout=self._busy_timeout,
             isolation_level=None,
             check_same_thread=False,
+            uri=self.path.startswith("file:"),
         )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
@@ -1219,6 +1220,11 @@ class SqliteStore:
             return [self._rows.cancellation(r) for r in rows]
 
         return await self._call(run)
+
+
+def hold_memory_database(path: str) -> sqlite3.Connection:
+    """A connection that keeps a shared in-memory database alive while it is open."""
+    return sqlite3.connect(path, uri=True, check_same_thread=False)
 
 
 class CallerSqliteStore(SqliteStore):
