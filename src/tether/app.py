@@ -228,6 +228,16 @@ class App:
             raise InvalidJobError("timeout must be positive")
         if opts.delay < 0:
             raise InvalidJobError("delay must not be negative")
+        if opts.run_at is not None:
+            if opts.delay:
+                raise InvalidJobError("give delay or run_at, not both")
+            if opts.run_at.tzinfo is None or opts.run_at.utcoffset() is None:
+                raise InvalidJobError("run_at must be timezone-aware (for example in UTC)")
+        if opts.unique_for is not None:
+            if opts.idempotency_key is None:
+                raise InvalidJobError("unique_for needs an idempotency_key")
+            if opts.unique_for <= 0:
+                raise InvalidJobError(f"unique_for must be positive, got {opts.unique_for}")
         if opts.budget is not None and opts.budget <= 0:
             raise InvalidJobError(f"budget must be positive, got {opts.budget}")
         limits = ([f"key:{opts.key}"] if opts.key is not None else []) + [
@@ -247,6 +257,8 @@ class App:
             budget=opts.budget,
             limits=tuple(limits),
             depends_on=tuple(opts.depends_on),
+            run_at=opts.run_at,
+            unique_for=opts.unique_for,
         )
 
     async def enqueue(

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal
 
 from typing_extensions import ParamSpec, TypeVar
@@ -34,9 +35,14 @@ class EnqueueOptions:
     priority: int | None = None
     key: str | None = None
     delay: float = 0.0
+    run_at: datetime | None = None
+    """An absolute start time (timezone-aware), instead of ``delay``."""
     max_attempts: int | None = None
     timeout: float | None = None
     idempotency_key: str | None = None
+    unique_for: float | None = None
+    """Seconds the idempotency key stays taken by the job; later, the same key enqueues
+    a new job. ``None``: for as long as the job exists."""
     owner: str | None = None
     budget: int | None = None
     depends_on: tuple[int, ...] = ()

@@ -75,17 +75,25 @@ ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 Q_ENQUEUE: LiteralString = f"""
 INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
                          run_at, owner, idempotency_key, actor, budget, limits, parent_id,
-                         has_dependents)
+                         has_dependents, idempotency_expires_at)
 SELECT COALESCE(i, nextval('tether_jobs_id_seq')), t, a::jsonb, q, p, k, st, m, tmo,
-       now() + make_interval(secs => d), o, ik, 'enqueue', b,
+       COALESCE(ra, now() + make_interval(secs => d)), o, ik, 'enqueue', b,
        CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(l::jsonb))
-       END, par, hd
+       END, par, hd, now() + make_interval(secs => uf)
 FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
             %s::text[], %s::int[], %s::float8[], %s::float8[], %s::text[], %s::text[],
-            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[])
-     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd)
+            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[], %s::timestamptz[],
+            %s::float8[])
+     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {JOB_COLUMNS}
+"""
+
+# A key whose uniqueness window has passed is let go by its old job, so that this
+# enqueue creates a new one (run under the keys' locks, before the insert).
+Q_RELEASE_KEYS: LiteralString = """
+UPDATE tether_jobs SET idempotency_key = NULL
+WHERE idempotency_key = ANY(%s) AND idempotency_expires_at <= now()
 """
 
 # Concurrent batches sharing idempotency keys in different orders would deadlock on the
@@ -290,7 +298,7 @@ def _chunks(ids: Sequence[str]) -> list[str]:
 
 def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[Any]]:
     """:data:`Q_ENQUEUE`'s arrays from (id or None, job, first state, has dependents)."""
-    cols: list[list[Any]] = [[] for _ in range(16)]
+    cols: list[list[Any]] = [[] for _ in range(18)]
     for new_id, j, state, has_dependents in rows:
         for col, value in zip(
             cols,
@@ -312,6 +320,8 @@ def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[
                 json.dumps(j.limits) if j.limits else None,
                 j.parent_id,
                 has_dependents,
+                j.run_at,
+                None if j.unique_for is None else float(j.unique_for),
             ),
             strict=True,
         ):
@@ -440,6 +450,7 @@ class PostgresStore:
             keys = [j.idempotency_key for j in jobs if j.idempotency_key is not None]
             if keys:
                 await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
+                await conn.execute(Q_RELEASE_KEYS, (keys,))
             cur = await conn.execute(Q_ENQUEUE, cols)
             # Sequence values follow row order, so sorting by id restores input order.
             new = sorted((self._rows.job(r) for r in await cur.fetchall()), key=lambda j: j.id)
@@ -485,6 +496,7 @@ class PostgresStore:
             existing: dict[str, Job] = {}
             if keys:
                 await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
+                await conn.execute(Q_RELEASE_KEYS, (keys,))
                 cur = await conn.execute(
                     f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = ANY(%s)",
                     (keys,),

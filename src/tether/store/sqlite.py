@@ -202,6 +202,14 @@ class SqliteStore:
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         def run(conn: sqlite3.Connection) -> list[Job]:
             ids: list[int] = []
+            keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
+            if keys:
+                # A key whose uniqueness window has passed is let go by its old job.
+                conn.execute(
+                    "UPDATE tether_jobs SET idempotency_key = NULL "
+                    f"WHERE idempotency_key IN {EACH} AND idempotency_expires_at <= {NOW}",
+                    (json.dumps(keys),),
+                )
             for job in jobs:
                 deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
                 state = "queued"
@@ -227,9 +235,9 @@ class SqliteStore:
                 row = conn.execute(
                     "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
                     "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
-                    "budget, limits, parent_id) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue', "
-                    "?, ?, ?) RETURNING id",
+                    "budget, limits, parent_id, idempotency_expires_at) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {NOW} + ?), {NOW}, ?, ?, "
+                    f"'enqueue', ?, ?, ?, {NOW} + ?) RETURNING id",
                     (
                         job.task,
                         job.args_json,
@@ -239,12 +247,14 @@ class SqliteStore:
                         state,
                         job.max_attempts,
                         job.timeout,
+                        None if job.run_at is None else job.run_at.timestamp(),
                         job.delay,
                         job.owner,
                         job.idempotency_key,
                         job.budget,
                         json.dumps(job.limits) if job.limits else None,
                         job.parent_id,
+                        job.unique_for,
                     ),
                 ).fetchone()
                 ids.append(row[0])
