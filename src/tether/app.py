@@ -72,11 +72,11 @@ class App:
         self._memory: object | None = None
         if self.url == MEMORY_URL:
             # Tests: a database of this App's own, shared by its stores on every loop,
-            # and kept alive by one connection for as long as the App lives.
-            from tether.store.sqlite import hold_memory_database
+            # which lives as long as the App holds it.
+            from tether.store.sqlite import MemoryDatabase
 
             self.url = memory_url()
-            self._memory = hold_memory_database(parse_sqlite_path(self.url))
+            self._memory = MemoryDatabase(parse_sqlite_path(self.url))
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}

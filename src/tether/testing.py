@@ -1,7 +1,7 @@
 """Testing helpers: an in-memory database, running jobs in-process, calling handlers.
 
 - ``App("sqlite://:memory:")`` (:data:`MEMORY_URL`): an in-memory database of the App's
-  own, shared by all its connections. Jobs go through the real state machine.
+  own, shared by all its stores. Jobs go through the real state machine.
 - ``await app.run_until_idle()`` / ``app.run_until_idle_sync()``: run every due job in
   this process until none is left; returns the jobs that ran, as they ended.
 - ``await task.call(**args)``: run a handler directly with a :class:`TestContext`, or

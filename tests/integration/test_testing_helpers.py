@@ -29,6 +29,28 @@ async def test_memory_database_is_shared_by_the_apps_connections_and_private_to_
     await other.close()
 
 
+async def test_memory_database_serves_several_loops_at_once_without_lock_errors() -> None:
+    app = App(MEMORY_URL)
+
+    @app.task(name="echo")
+    async def echo(ctx: JobContext, i: int) -> int:
+        return i
+
+    def from_sync_code() -> None:
+        for i in range(50):
+            echo.enqueue_sync(i=i)  # the portal loop's store
+            app.run_sync(app.list(limit=5))
+
+    await asyncio.gather(
+        asyncio.to_thread(from_sync_code),
+        *(echo.enqueue(i=i) for i in range(50)),
+        *(app.stats() for _ in range(50)),
+    )
+    assert len(await app.run_until_idle()) == 100
+    await app.close()
+    await asyncio.to_thread(lambda: app.run_sync(app.close()))
+
+
 async def test_run_until_idle_runs_due_jobs_and_what_they_make_due_and_leaves_the_rest(
     tether_app: App,
 ) -> None:

@@ -41,9 +41,8 @@ MEMORY_URL = "sqlite://:memory:"
 
 
 def memory_url() -> str:
-    """A fresh in-memory SQLite database that every connection of this process can
-    share (a shared-cache memory URI); it lives while one connection to it is open."""
-    return f"sqlite:///file:tether-{secrets.token_hex(8)}?mode=memory&cache=shared"
+    """The URL of a fresh in-memory SQLite database, for one App (which opens it)."""
+    return f"sqlite:///file:tether-{secrets.token_hex(8)}?mode=memory"
 
 
 def create_store(url: str) -> Store:

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import sqlite3
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -81,11 +82,20 @@ class SqliteStore:
         self._executor: ThreadPoolExecutor | None = None
         self._rows = RowReader(text_json=True, epoch_times=True)
         self._watcher: asyncio.Task[None] | None = None
+        self._memory: MemoryDatabase | None = None
 
     # -- plumbing ------------------------------------------------------------------------
 
     async def open(self) -> None:
         if self._executor is None:
+            if "mode=memory" in self.path:
+                memory = _MEMORY.get(self.path)
+                if memory is None:
+                    raise StoreError(f"the in-memory database {self.path} is gone with its App")
+                # Every store of an in-memory database shares its one connection and
+                # thread: SQLite's shared-cache locks would fail at once, not wait.
+                self._executor, self._conn, self._memory = memory.executor, memory.conn, memory
+                return
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="tether-sqlite")
             await self._call(self._connect)
 
@@ -95,6 +105,9 @@ class SqliteStore:
             with contextlib.suppress(BaseException):
                 await self._watcher
             self._watcher = None
+        if self._memory is not None:
+            self._executor, self._conn, self._memory = None, None, None
+            return  # the database's connection lives as long as its App
         executor, self._executor = self._executor, None
         if executor is None:
             return
@@ -1232,9 +1245,25 @@ class SqliteStore:
         return await self._call(run)
 
 
-def hold_memory_database(path: str) -> sqlite3.Connection:
-    """A connection that keeps a shared in-memory database alive while it is open."""
-    return sqlite3.connect(path, uri=True, check_same_thread=False)
+class MemoryDatabase:
+    """An in-memory database (for tests): one connection and one thread, which every
+    store of this path shares. It lives as long as this object (its App keeps it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="tether-sqlite-memory")
+        self.conn = sqlite3.connect(path, uri=True, isolation_level=None, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        _MEMORY[path] = self
+        weakref.finalize(self, _release_memory, self.executor, self.conn)
+
+
+def _release_memory(executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+    executor.shutdown(wait=True)  # idle: no store of the database is left to use it
+    conn.close()
+
+
+_MEMORY: weakref.WeakValueDictionary[str, MemoryDatabase] = weakref.WeakValueDictionary()
 
 
 class CallerSqliteStore(SqliteStore):
