@@ -20,6 +20,9 @@ import pydantic
 from tether.errors import InvalidJobError
 from tether.job import JSON
 
+# JSON values that validate to themselves need no dumping (the common case, and cheaper).
+_PLAIN = (str, int, float, bool)
+
 
 class Arguments:
     """The argument rules of one handler (its first parameter, the context, excluded)."""
@@ -30,6 +33,13 @@ class Arguments:
         params = list(inspect.signature(fn).parameters.values())
         self.signature = inspect.Signature(params[1:])
         self._adapters: dict[str, pydantic.TypeAdapter[Any]] | None = None
+        # Precomputed for check(), which every enqueue and every claimed job runs.
+        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params[1:])
+        self._names = frozenset(p.name for p in params[1:] if p.kind in by_name)
+        self._required = tuple(
+            p.name for p in params[1:] if p.kind in by_name and p.default is inspect.Parameter.empty
+        )
 
     def adapters(self) -> dict[str, pydantic.TypeAdapter[Any]]:
         """A validator per annotated parameter, built at first use: by then every name
@@ -79,27 +89,19 @@ class Arguments:
 
     def check(self, named: dict[str, Any]) -> None:
         """Refuse unknown names and missing required ones, saying which."""
-        params = self.signature.parameters
-        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        unknown = [
-            n for n in named if not takes_any and (n not in params or params[n].kind not in by_name)
-        ]
-        missing = [
-            n
-            for n, p in params.items()
-            if p.kind in by_name and p.default is inspect.Parameter.empty and n not in named
-        ]
+        unknown = [] if self._takes_any else [n for n in named if n not in self._names]
+        missing = [n for n in self._required if n not in named]
+        if not unknown and not missing:
+            return
         problems = []
         if unknown:
-            takes = ", ".join(n for n, p in params.items() if p.kind in by_name) or "none"
+            takes = ", ".join(n for n in self.signature.parameters if n in self._names) or "none"
             problems.append(
                 f"unexpected keyword argument {', '.join(map(repr, unknown))} (it takes: {takes})"
             )
         if missing:
             problems.append(f"missing a required argument: {', '.join(map(repr, missing))}")
-        if problems:
-            raise InvalidJobError(f"arguments of {self._task!r}: {'; '.join(problems)}")
+        raise InvalidJobError(f"arguments of {self._task!r}: {'; '.join(problems)}")
 
     def for_storage(self, args: dict[str, Any]) -> dict[str, JSON]:
         """Check ``args`` against the handler; return them in JSON form."""
@@ -110,8 +112,10 @@ class Arguments:
         out = dict(args)
         for name, adapter in adapters.items():
             if name in args:
-                value = self._validate(adapter, name, args[name])
-                out[name] = adapter.dump_python(value, mode="json")
+                given = args[name]
+                value = self._validate(adapter, name, given)
+                if type(value) is not type(given) or type(given) not in _PLAIN:
+                    out[name] = adapter.dump_python(value, mode="json")
         return out
 
     def for_call(self, args: dict[str, JSON]) -> dict[str, Any]:
