@@ -135,6 +135,23 @@ async def test_task_call_runs_the_handler_with_an_observable_test_context() -> N
         await crawl.call(pages="many")  # type: ignore[arg-type]
 
 
+async def test_a_test_context_cancelled_during_the_run_stops_the_handler() -> None:
+    app = App(MEMORY_URL)
+    started = asyncio.Event()
+
+    @app.task(name="wait")
+    async def wait(ctx: JobContext) -> str:
+        started.set()
+        await ctx.cancelled.wait()
+        return f"stopped: {ctx.cancelled.reason}"
+
+    ctx = TestContext()
+    running = asyncio.create_task(ctx.run(wait))
+    await started.wait()
+    ctx.cancel()
+    assert await running == "stopped: cancel"
+
+
 async def test_task_call_runs_a_thread_handler_with_the_blocking_context() -> None:
     app = App(MEMORY_URL)
     seen: list[Any] = []
