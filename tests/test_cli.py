@@ -214,9 +214,9 @@ def test_enqueue_reads_args_from_a_file_and_stdin(
     [
         ("hello", '{"name": ', "not valid JSON"),
         ("hello", "[1, 2]", "must be a JSON object"),
-        ("hello", '{"x": NaN}', "not JSON"),
+        ("hello", '{"name": NaN}', "not JSON"),
         ("nope", "{}", "unknown task 'nope'"),
-        ("hello", json.dumps({"blob": "x" * (1024 * 1024 + 1)}), "the limit is"),
+        ("hello", json.dumps({"name": "x" * (1024 * 1024 + 1)}), "the limit is"),
     ],
     ids=["bad-json", "not-an-object", "nan", "unknown-task", "oversized"],
 )

@@ -15,7 +15,7 @@ from collections.abc import (
     Iterable,
     Sequence,
 )
-from typing import Any, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tether import hints as h
 from tether import payload
@@ -51,24 +51,42 @@ from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleRow
 from tether.periodic import DEFAULT_GRACE, Missed, Schedule
 from tether.portal import Portal
 from tether.states import TERMINAL, JobState
-from tether.store import Store, create_store
+from tether.store import (
+    MEMORY_URL,
+    Store,
+    caller_store,
+    create_store,
+    memory_url,
+    parse_sqlite_path,
+)
 from tether.task import EnqueueOptions, Executor, Task, is_async
 from tether.workflow import Workflow
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 DEFAULT_CANCEL_WAIT = 30.0
 
 
 class App:
     """A tether application: the tasks it knows and the database it uses.
 
-    ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``. The
+    ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``;
+    ``sqlite://:memory:`` gives the App an in-memory database of its own (for tests). The
     schema is migrated on first use unless ``config.auto_migrate`` is off.
     """
 
     def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
+        self._memory: object | None = None
+        if self.url == MEMORY_URL:
+            # Tests: a database of this App's own, shared by its stores on every loop,
+            # which lives as long as the App holds it.
+            from tether.store.sqlite import MemoryDatabase
+
+            self.url = memory_url()
+            self._memory = MemoryDatabase(parse_sqlite_path(self.url))
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
@@ -92,7 +110,7 @@ class App:
     # -- tasks ---------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(self, fn: Callable[Concatenate[Any, P], R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -106,7 +124,7 @@ class App:
         executor: Executor | None = None,
         priority: int = 0,
         resources: Sequence[str] = (),
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy misreads the positional-only fn
         self,
@@ -229,6 +247,7 @@ class App:
             args = {}
         if not isinstance(args, dict):
             raise InvalidJobError(f"args must be a JSON object (a dict), got {type(args).__name__}")
+        args = task.arguments.for_storage(args)
         try:
             args_json = payload.encode(args)
         except ValueError as exc:
@@ -247,6 +266,16 @@ class App:
             raise InvalidJobError("timeout must be positive")
         if opts.delay < 0:
             raise InvalidJobError("delay must not be negative")
+        if opts.run_at is not None:
+            if opts.delay:
+                raise InvalidJobError("give delay or run_at, not both")
+            if opts.run_at.tzinfo is None or opts.run_at.utcoffset() is None:
+                raise InvalidJobError("run_at must be timezone-aware (for example in UTC)")
+        if opts.unique_for is not None:
+            if opts.idempotency_key is None:
+                raise InvalidJobError("unique_for needs an idempotency_key")
+            if opts.unique_for <= 0:
+                raise InvalidJobError(f"unique_for must be positive, got {opts.unique_for}")
         if opts.budget is not None and opts.budget <= 0:
             raise InvalidJobError(f"budget must be positive, got {opts.budget}")
         limits = ([f"key:{opts.key}"] if opts.key is not None else []) + [
@@ -266,6 +295,8 @@ class App:
             budget=opts.budget,
             limits=tuple(limits),
             depends_on=tuple(opts.depends_on),
+            run_at=opts.run_at,
+            unique_for=opts.unique_for,
         )
 
     async def enqueue(
@@ -278,12 +309,13 @@ class App:
         """Enqueue one job. ``options`` are those of :class:`EnqueueOptions`.
 
         With an ``idempotency_key`` that already exists, the existing job is returned
-        and nothing new is created.
+        and nothing new is created. With ``connection`` (the caller's open transaction),
+        the job commits or rolls back with the caller's writes.
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task
         new = self.new_job(name, args, opts)
-        (job,) = await (await self.store()).enqueue([new])
+        (job,) = await self._insert([new], opts.connection)
         return job
 
     async def enqueue_many(
@@ -292,10 +324,13 @@ class App:
         """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
         opts = EnqueueOptions(**options)
         new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
-        return await (await self.store()).enqueue(new)
+        return await self._insert(new, opts.connection)
 
-    async def enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
+    async def enqueue_workflow(
+        self, workflow: Workflow, *, connection: object | None = None
+    ) -> dict[str, Job]:
         """Enqueue every job of ``workflow`` in one transaction; returns them by name.
+        With ``connection``, that transaction is the caller's.
 
         A cycle, an unknown name or an unknown or dead dependency id is a clear
         :class:`InvalidJobError`, and nothing is written.
@@ -314,8 +349,17 @@ class App:
                     ),
                 )
             )
-        jobs = await (await self.store()).enqueue(new)
+        jobs = await self._insert(new, connection)
         return {node.name: job for node, job in zip(nodes, jobs, strict=True)}
+
+    async def _insert(
+        self, new: builtins.list[NewJob], connection: object | None
+    ) -> builtins.list[Job]:
+        if connection is None:
+            return await (await self.store()).enqueue(new)
+        # The app's own store is not touched: on SQLite its connection would wait for
+        # the write lock the caller holds.
+        return await caller_store(self.url, connection).enqueue(new)
 
     def enqueue_sync(
         self,
@@ -325,7 +369,11 @@ class App:
         **options: Any,
     ) -> Job:
         """Blocking :meth:`enqueue` for sync code."""
-        return self.run_sync(self.enqueue(task, args, opts, **options))
+        opts = opts or EnqueueOptions(**options)
+        if opts.connection is not None:
+            # The caller's connection stays in the caller's thread (sqlite3 insists).
+            return asyncio.run(self.enqueue(task, args, opts))
+        return self.run_sync(self.enqueue(task, args, opts))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -616,6 +664,21 @@ class App:
         from tether.worker import Worker
 
         return Worker(self, config or WorkerConfig(**settings))
+
+    async def run_until_idle(
+        self, *, queues: Sequence[str] | None = None, timeout: float | None = None
+    ) -> builtins.list[Job]:
+        """Run every due job in this process until none is left; return the jobs that ran,
+        as they ended. For tests and scripts; see :func:`tether.drain.run_until_idle`."""
+        from tether.drain import run_until_idle
+
+        return await run_until_idle(self, queues=tuple(queues) if queues else None, timeout=timeout)
+
+    def run_until_idle_sync(
+        self, *, queues: Sequence[str] | None = None, timeout: float | None = None
+    ) -> builtins.list[Job]:
+        """Blocking :meth:`run_until_idle`."""
+        return self.run_sync(self.run_until_idle(queues=queues, timeout=timeout))
 
     # -- the API -------------------------------------------------------------------------
 

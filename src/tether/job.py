@@ -97,6 +97,10 @@ class NewJob:
     depends_on: tuple[int, ...] = ()
     # Dependencies on earlier entries of the same enqueue batch, by position.
     depends_on_batch: tuple[int, ...] = ()
+    # An absolute start time (aware); when set, it replaces ``delay``.
+    run_at: datetime | None = None
+    # Seconds the idempotency key stays taken by this job; None: for ever.
+    unique_for: float | None = None
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,25 @@ import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal
 
+from typing_extensions import ParamSpec, TypeVar
+
+from tether.arguments import Arguments
 from tether.config import RetryPolicy
 from tether.errors import ConfigError
-from tether.job import JSON, Job
+from tether.job import Job
 
 if TYPE_CHECKING:
     from tether.app import App
 
 Executor = Literal["async", "thread", "process"]
+
+# A task's handler parameters after the context, and what it returns; a bare ``Task``
+# takes any arguments.
+P = ParamSpec("P", default=...)
+R = TypeVar("R", default=Any)
 
 
 @dataclass(frozen=True)
@@ -26,21 +35,33 @@ class EnqueueOptions:
     priority: int | None = None
     key: str | None = None
     delay: float = 0.0
+    run_at: datetime | None = None
+    """An absolute start time (timezone-aware), instead of ``delay``."""
     max_attempts: int | None = None
     timeout: float | None = None
     idempotency_key: str | None = None
+    unique_for: float | None = None
+    """Seconds the idempotency key stays taken by the job; later, the same key enqueues
+    a new job. ``None``: for as long as the job exists."""
     owner: str | None = None
     budget: int | None = None
     depends_on: tuple[int, ...] = ()
+    connection: object | None = None
+    """The caller's database connection, in a transaction: the job commits or rolls
+    back with it (a psycopg 3 connection, or a ``sqlite3.Connection`` to the same file)."""
 
 
-class Task:
-    """A handler registered with ``@app.task``. Call it directly to run it inline."""
+class Task(Generic[P, R]):
+    """A handler registered with ``@app.task``. Call it directly to run it inline.
+
+    Generic over the handler's parameters after the context, so a type checker checks
+    ``crawl.enqueue(url=...)`` against ``async def crawl(ctx, url: str)``.
+    """
 
     def __init__(
         self,
         app: App,
-        fn: Callable[..., Any],
+        fn: Callable[Concatenate[Any, P], R],
         *,
         name: str,
         queue: str,
@@ -80,45 +101,56 @@ class Task:
         self.executor = executor
         self.priority = priority
         self.resources = resources
+        self.arguments = Arguments(name, fn)
         self.__doc__ = fn.__doc__
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
+    def __call__(self, ctx: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(ctx, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<tether.Task {self.name} executor={self.executor}>"
 
-    def options(self, **options: Any) -> BoundTask:
+    async def call(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Run the handler here and now with a fresh test context and return its result
+        (for tests; see :class:`tether.testing.TestContext` to observe the context)."""
+        from tether.testing import TestContext
+
+        return await TestContext().run(self, *args, **kwargs)
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
         """Enqueue with per-job options: ``crawl.options(key="x", priority=5).enqueue(...)``."""
         return BoundTask(self, EnqueueOptions(**options))
 
-    async def enqueue(self, **args: JSON) -> Job:
-        """Enqueue one job of this task with ``args`` as its JSON arguments."""
-        return await BoundTask(self, EnqueueOptions()).enqueue(**args)
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue one job of this task; the arguments are the handler's (after the
+        context), checked against its signature and annotations, and stored as JSON."""
+        return await BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
-    def enqueue_sync(self, **args: JSON) -> Job:
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Blocking :meth:`enqueue`, for sync callers such as Django or Flask views."""
-        return BoundTask(self, EnqueueOptions()).enqueue_sync(**args)
+        return BoundTask(self, EnqueueOptions()).enqueue_sync(*args, **kwargs)
 
 
 @dataclass(frozen=True)
-class BoundTask:
+class BoundTask(Generic[P, R]):
     """A task with enqueue options attached."""
 
-    task: Task
+    task: Task[P, R]
     opts: EnqueueOptions
 
-    def options(self, **options: Any) -> BoundTask:
+    def options(self, **options: Any) -> BoundTask[P, R]:
         """Add or change options."""
         return BoundTask(self.task, replace(self.opts, **options))
 
-    async def enqueue(self, **args: JSON) -> Job:
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue one job."""
-        return await self.task.app.enqueue(self.task.name, args, self.opts)
+        named = self.task.arguments.bind(args, kwargs)
+        return await self.task.app.enqueue(self.task.name, named, self.opts)
 
-    def enqueue_sync(self, **args: JSON) -> Job:
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Blocking :meth:`enqueue`."""
-        return self.task.app.enqueue_sync(self.task.name, args, self.opts)
+        named = self.task.arguments.bind(args, kwargs)
+        return self.task.app.enqueue_sync(self.task.name, named, self.opts)
 
 
 def is_async(fn: Callable[..., Any]) -> bool:

@@ -37,7 +37,15 @@ from tether import metrics, payload
 from tether.cancellation import CancellationService
 from tether.config import WorkerConfig
 from tether.context import JobContext
-from tether.errors import Cancelled, ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
+from tether.errors import (
+    Cancelled,
+    ConfigError,
+    Fail,
+    InvalidJobError,
+    LeaseLostError,
+    Retry,
+    WaitForChildren,
+)
 from tether.executors import Handle, ThreadHandle, start_handler
 from tether.job import Beat, Job, Outcome
 from tether.maintenance import CancellationFollowUp, LeaderElection, Pruner, Rescuer, Scheduler
@@ -699,6 +707,14 @@ class Worker:
     def launch(self, job: Job, *, leased_at: float | None = None) -> None:
         """Run a claimed job (``leased_at``: loop time the claim was sent, default now)."""
         task = self.app.tasks[job.task]
+        unfit: InvalidJobError | None = None
+        try:
+            args = task.arguments.for_call(job.args)
+        except InvalidJobError as exc:
+            unfit = exc  # no attempt could ever bind them: fail below, not retry
+        else:
+            if args is not job.args:
+                job = dataclasses.replace(job, args=args)
         ctx = JobContext(
             job,
             save=lambda data: self.store.save_checkpoint(job.id, job.lease_token, data),
@@ -723,6 +739,8 @@ class Worker:
         metrics.job_started(job)
         log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
         try:
+            if unfit is not None:
+                raise Fail(f"the arguments do not fit the handler: {unfit}")
             run.handle = start_handler(
                 task,
                 ctx,

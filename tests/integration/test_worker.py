@@ -154,7 +154,7 @@ async def test_nul_characters_in_errors_and_results_do_not_block_other_outcomes(
         return "ok\x00?"
 
     @app.task
-    async def fine(ctx: tether.JobContext) -> int:
+    async def fine(ctx: tether.JobContext, note: str = "") -> int:
         return 1
 
     await run_worker()

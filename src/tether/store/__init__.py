@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import secrets
 from urllib.parse import urlsplit
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, InvalidJobError
 from tether.store.base import Store
 
-__all__ = ["Store", "create_store", "parse_sqlite_path"]
+__all__ = [
+    "MEMORY_URL",
+    "Store",
+    "caller_store",
+    "create_store",
+    "memory_url",
+    "parse_sqlite_path",
+]
 
 
 def parse_sqlite_path(url: str) -> str:
@@ -18,9 +26,23 @@ def parse_sqlite_path(url: str) -> str:
     path = url[len(prefix) :]
     if not path or path.endswith("/"):
         raise ConfigError(f"malformed SQLite URL {url!r}: it names no file")
+    if path.startswith("file:tether-") and "mode=memory" in path:
+        return path  # a private in-memory database (see memory_url)
     if path == ":memory:" or path.startswith("file::memory"):
-        raise ConfigError("tether needs a SQLite file that workers can share, not :memory:")
+        raise ConfigError(
+            "tether needs a SQLite file that workers can share, not :memory: "
+            f"(for tests, {MEMORY_URL} is one in-memory database per App)"
+        )
     return path
+
+
+MEMORY_URL = "sqlite://:memory:"
+"""An in-memory database for tests: each App given it gets its own (see memory_url)."""
+
+
+def memory_url() -> str:
+    """The URL of a fresh in-memory SQLite database, for one App (which opens it)."""
+    return f"sqlite:///file:tether-{secrets.token_hex(8)}?mode=memory"
 
 
 def create_store(url: str) -> Store:
@@ -44,4 +66,34 @@ def create_store(url: str) -> Store:
         return PostgresStore(url)
     raise ConfigError(
         f"unsupported database URL {url!r}: use sqlite:///path.db or postgresql://host/db"
+    )
+
+
+def caller_store(url: str, connection: object) -> Store:
+    """A store for ``url`` whose writes join ``connection``'s open transaction.
+
+    ``connection`` is a psycopg 3 connection (async or blocking) to the PostgreSQL
+    database, or a ``sqlite3.Connection`` to the same SQLite file. Jobs enqueued through
+    it commit or roll back with the caller's own writes.
+    """
+    import sqlite3
+
+    scheme = urlsplit(url).scheme.lower()
+    if isinstance(connection, sqlite3.Connection):
+        if scheme != "sqlite":
+            raise InvalidJobError("a sqlite3 connection was given, but the app uses PostgreSQL")
+        from tether.store.sqlite import CallerSqliteStore
+
+        return CallerSqliteStore(url, parse_sqlite_path(url), connection)
+    import psycopg
+
+    if isinstance(connection, psycopg.AsyncConnection | psycopg.Connection):
+        if scheme not in ("postgresql", "postgres"):
+            raise InvalidJobError("a psycopg connection was given, but the app uses SQLite")
+        from tether.store.postgres import CallerPostgresStore
+
+        return CallerPostgresStore(url, connection)
+    raise InvalidJobError(
+        "connection must be a psycopg 3 connection or a sqlite3.Connection, "
+        f"not {type(connection).__name__}"
     )

@@ -22,7 +22,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether import hints as h
-from tether.errors import JobNotFoundError, StoreError
+from tether.errors import InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -78,17 +78,25 @@ ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 Q_ENQUEUE: LiteralString = f"""
 INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
                          run_at, owner, idempotency_key, actor, budget, limits, parent_id,
-                         has_dependents)
+                         has_dependents, idempotency_expires_at)
 SELECT COALESCE(i, nextval('tether_jobs_id_seq')), t, a::jsonb, q, p, k, st, m, tmo,
-       now() + make_interval(secs => d), o, ik, 'enqueue', b,
+       COALESCE(ra, now() + make_interval(secs => d)), o, ik, 'enqueue', b,
        CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(l::jsonb))
-       END, par, hd
+       END, par, hd, now() + make_interval(secs => uf)
 FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
             %s::text[], %s::int[], %s::float8[], %s::float8[], %s::text[], %s::text[],
-            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[])
-     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd)
+            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[], %s::timestamptz[],
+            %s::float8[])
+     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {JOB_COLUMNS}
+"""
+
+# A key whose uniqueness window has passed is let go by its old job, so that this
+# enqueue creates a new one (run under the keys' locks, before the insert).
+Q_RELEASE_KEYS: LiteralString = """
+UPDATE tether_jobs SET idempotency_key = NULL
+WHERE idempotency_key = ANY(%s) AND idempotency_expires_at <= now()
 """
 
 # Concurrent batches sharing idempotency keys in different orders would deadlock on the
@@ -293,7 +301,7 @@ def _chunks(ids: Sequence[str]) -> list[str]:
 
 def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[Any]]:
     """:data:`Q_ENQUEUE`'s arrays from (id or None, job, first state, has dependents)."""
-    cols: list[list[Any]] = [[] for _ in range(16)]
+    cols: list[list[Any]] = [[] for _ in range(18)]
     for new_id, j, state, has_dependents in rows:
         for col, value in zip(
             cols,
@@ -315,6 +323,8 @@ def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[
                 json.dumps(j.limits) if j.limits else None,
                 j.parent_id,
                 has_dependents,
+                j.run_at,
+                None if j.unique_for is None else float(j.unique_for),
             ),
             strict=True,
         ):
@@ -461,6 +471,7 @@ class PostgresStore:
             keys = [j.idempotency_key for j in jobs if j.idempotency_key is not None]
             if keys:
                 await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
+                await conn.execute(Q_RELEASE_KEYS, (keys,))
             cur = await conn.execute(Q_ENQUEUE, cols)
             # Sequence values follow row order, so sorting by id restores input order.
             new = sorted((self._rows.job(r) for r in await cur.fetchall()), key=lambda j: j.id)
@@ -506,6 +517,7 @@ class PostgresStore:
             existing: dict[str, Job] = {}
             if keys:
                 await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
+                await conn.execute(Q_RELEASE_KEYS, (keys,))
                 cur = await conn.execute(
                     f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = ANY(%s)",
                     (keys,),
@@ -1430,6 +1442,85 @@ class PostgresStore:
                 "UPDATE tether_schedules SET paused = %s WHERE name = %s", (paused, name)
             )
             return cur.rowcount > 0
+
+
+class CallerPostgresStore(PostgresStore):
+    """A store whose statements run in the caller's transaction, on its own connection.
+
+    The ordinary store code runs on the caller's psycopg connection (async or blocking)
+    inside a savepoint, so the rows and their NOTIFY commit or roll back with the
+    caller's own writes (PostgreSQL delivers a NOTIFY at commit), and a failure leaves
+    the caller's transaction usable.
+    """
+
+    def __init__(
+        self, url: str, conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]
+    ) -> None:
+        # No pool and no listener: every statement uses the caller's connection.
+        self.url = url
+        self.hints = Hints()
+        self._opened = True
+        self._rows = RowReader(text_json=False, epoch_times=False)
+        self._listener = None
+        self._caller = conn
+
+    async def open(self) -> None:
+        pass  # the caller owns the connection
+
+    async def close(self) -> None:
+        pass
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        caller: Any = self._caller
+        status = caller.info.transaction_status
+        if status == psycopg.pq.TransactionStatus.INERROR:
+            raise InvalidJobError("the connection's transaction has failed; roll it back first")
+        if status == psycopg.pq.TransactionStatus.IDLE and caller.autocommit:
+            raise InvalidJobError(
+                "the connection is in autocommit mode outside a transaction; enqueue inside "
+                "`with conn.transaction():` so the job commits with your writes"
+            )
+        face: Any = caller if isinstance(caller, psycopg.AsyncConnection) else _BlockingFace(caller)
+        saved = caller.row_factory
+        caller.row_factory = dict_row
+        try:
+            if status == psycopg.pq.TransactionStatus.IDLE:
+                # A transaction block on an idle connection would commit at its end;
+                # any statement opens the caller's implicit transaction instead.
+                await face.execute("SELECT 1")
+            yield face
+        except psycopg.Error as exc:
+            raise StoreError(f"postgresql: {exc}") from exc
+        finally:
+            caller.row_factory = saved
+
+
+class _BlockingFace:
+    """The async calls the store makes, on a blocking psycopg connection. Each statement
+    blocks its thread, which is the caller's, and the caller is waiting for it anyway."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    async def execute(self, query: Any, params: Any = None) -> _BlockingCursor:
+        return _BlockingCursor(self._conn.execute(query, params))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        with self._conn.transaction():
+            yield
+
+
+class _BlockingCursor:
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+
+    async def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    async def fetchone(self) -> Any:
+        return self._cur.fetchone()
 
 
 _API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)

@@ -11,14 +11,16 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import sqlite3
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
 from tether import hints as h
-from tether.errors import JobNotFoundError, StoreError
+from tether.errors import InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -83,11 +85,20 @@ class SqliteStore:
         self._executor: ThreadPoolExecutor | None = None
         self._rows = RowReader(text_json=True, epoch_times=True)
         self._watcher: asyncio.Task[None] | None = None
+        self._memory: MemoryDatabase | None = None
 
     # -- plumbing ------------------------------------------------------------------------
 
     async def open(self) -> None:
         if self._executor is None:
+            if "mode=memory" in self.path:
+                memory = _MEMORY.get(self.path)
+                if memory is None:
+                    raise StoreError(f"the in-memory database {self.path} is gone with its App")
+                # Every store of an in-memory database shares its one connection and
+                # thread: SQLite's shared-cache locks would fail at once, not wait.
+                self._executor, self._conn, self._memory = memory.executor, memory.conn, memory
+                return
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="tether-sqlite")
             await self._call(self._connect)
 
@@ -97,6 +108,9 @@ class SqliteStore:
             with contextlib.suppress(BaseException):
                 await self._watcher
             self._watcher = None
+        if self._memory is not None:
+            self._executor, self._conn, self._memory = None, None, None
+            return  # the database's connection lives as long as its App
         executor, self._executor = self._executor, None
         if executor is None:
             return
@@ -115,6 +129,7 @@ class SqliteStore:
             timeout=self._busy_timeout,
             isolation_level=None,
             check_same_thread=False,
+            uri=self.path.startswith("file:"),
         )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
@@ -203,6 +218,14 @@ class SqliteStore:
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         def run(conn: sqlite3.Connection) -> list[Job]:
             ids: list[int] = []
+            keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
+            if keys:
+                # A key whose uniqueness window has passed is let go by its old job.
+                conn.execute(
+                    "UPDATE tether_jobs SET idempotency_key = NULL "
+                    f"WHERE idempotency_key IN {EACH} AND idempotency_expires_at <= {NOW}",
+                    (json.dumps(keys),),
+                )
             for job in jobs:
                 deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
                 state = "queued"
@@ -228,9 +251,9 @@ class SqliteStore:
                 row = conn.execute(
                     "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
                     "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
-                    "budget, limits, parent_id) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {NOW} + ?, {NOW}, ?, ?, 'enqueue', "
-                    "?, ?, ?) RETURNING id",
+                    "budget, limits, parent_id, idempotency_expires_at) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {NOW} + ?), {NOW}, ?, ?, "
+                    f"'enqueue', ?, ?, ?, {NOW} + ?) RETURNING id",
                     (
                         job.task,
                         job.args_json,
@@ -240,12 +263,14 @@ class SqliteStore:
                         state,
                         job.max_attempts,
                         job.timeout,
+                        None if job.run_at is None else job.run_at.timestamp(),
                         job.delay,
                         job.owner,
                         job.idempotency_key,
                         job.budget,
                         json.dumps(job.limits) if job.limits else None,
                         job.parent_id,
+                        job.unique_for,
                     ),
                 ).fetchone()
                 ids.append(row[0])
@@ -1419,6 +1444,92 @@ class SqliteStore:
             )
 
         return await self._write_async(run)
+
+
+class MemoryDatabase:
+    """An in-memory database (for tests): one connection and one thread, which every
+    store of this path shares. It lives as long as this object (its App keeps it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="tether-sqlite-memory")
+        self.conn = sqlite3.connect(path, uri=True, isolation_level=None, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        _MEMORY[path] = self
+        weakref.finalize(self, _release_memory, self.executor, self.conn)
+
+
+def _release_memory(executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+    executor.shutdown(wait=True)  # idle: no store of the database is left to use it
+    conn.close()
+
+
+_MEMORY: weakref.WeakValueDictionary[str, MemoryDatabase] = weakref.WeakValueDictionary()
+
+
+class CallerSqliteStore(SqliteStore):
+    """A store whose writes join the caller's open transaction on the same file.
+
+    It runs the ordinary store code on the caller's ``sqlite3.Connection``, in the
+    caller's thread, inside a SAVEPOINT: the rows commit or roll back with the
+    caller's own writes, and a failure leaves the caller's transaction as it was.
+    Nothing is announced in-process; a worker's ``data_version`` watch sees the commit.
+    """
+
+    def __init__(self, url: str, path: str, conn: sqlite3.Connection) -> None:
+        super().__init__(url, path)
+        self._caller = conn
+        self._check_same_file()
+
+    def _check_same_file(self) -> None:
+        row = self._caller.execute("PRAGMA database_list").fetchone()
+        theirs = row[2] if row is not None else ""
+        mine = self.path.split("?", 1)[0].removeprefix("file:")
+        if theirs and os.path.exists(mine) and not os.path.samefile(theirs, mine):
+            raise InvalidJobError(
+                f"the connection is to {theirs}, not to this app's database {mine}"
+            )
+
+    async def open(self) -> None:
+        pass  # the caller owns the connection
+
+    async def close(self) -> None:
+        pass
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        conn = self._caller
+        saved = conn.row_factory
+        conn.row_factory = sqlite3.Row
+        try:
+            return fn(*args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+        finally:
+            conn.row_factory = saved
+
+    def _db(self) -> sqlite3.Connection:
+        return self._caller
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._caller
+        if not conn.in_transaction:
+            if conn.isolation_level is None:
+                raise InvalidJobError(
+                    "the sqlite3 connection is in autocommit mode outside a transaction; "
+                    "run BEGIN first, so the job commits with your writes"
+                )
+            # The driver would begin at our first INSERT anyway; take the write lock now
+            # so the reads before it see what the insert will.
+            conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SAVEPOINT tether_enqueue")
+        try:
+            out = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK TO tether_enqueue")
+            conn.execute("RELEASE tether_enqueue")
+            raise
+        conn.execute("RELEASE tether_enqueue")
+        return out
 
 
 _API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
