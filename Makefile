@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench lint faults clean
+.PHONY: demo test bench lint faults docs clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tether needs Python 3.11+"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,docs]'
 	@touch $@
 
 $(BENCH_STAMP): $(STAMP)
@@ -25,7 +25,13 @@ test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 	# Everything, including the fault-injection suite's short profile (tests/faults).
+	# The documentation site, strictly: a broken link or reference fails the run.
+	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q
+
+# The documentation site (MkDocs) into site/; the CLI reference runs the `typer` command.
+docs: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py
@@ -41,4 +47,4 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.db *.db-wal *.db-shm .tether
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache *.db *.db-wal *.db-shm .tether
