@@ -337,40 +337,6 @@ async def wait_for(probe: Any, timeout: float, every: float = 0.05) -> Any:
         await asyncio.sleep(every)
 
 
-def pg_version() -> str:
-    return sorted(os.listdir("/etc/postgresql"))[-1]
-
-
-def pg_ctl(action: str) -> None:
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", pg_version(), "main", action],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-
-
-def pg_up(url: str) -> bool:
-    try:
-        with psycopg.connect(url, connect_timeout=2):
-            return True
-    except psycopg.Error:
-        return False
-
-
-def pg_ensure_started(url: str, timeout: float = 60.0) -> None:
-    """Start the cluster if it is down (the finally of every restart)."""
-    if pg_up(url):
-        return
-    with contextlib.suppress(subprocess.SubprocessError):
-        pg_ctl("start")
-    deadline = time.monotonic() + timeout
-    while not pg_up(url):
-        if time.monotonic() > deadline:
-            raise RuntimeError("PostgreSQL did not come back")
-        time.sleep(0.5)
-
-
 ACTIVE_STATES = ("queued", "blocked", "running", "retrying", "paused")
 
 

@@ -216,8 +216,13 @@ Q_RESCUE: LiteralString = f"""
 WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead')
 UPDATE tether_jobs SET state = {RESCUE_STATE},
     lease_token = lease_token + 1, lease_expires_at = NULL,
-    -- Recovered work that has a checkpoint goes first: back to its place in line.
-    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at) ELSE now() END,
+    -- Recovered work that has a checkpoint goes first: back to its place in line. Other
+    -- recovered work goes to the back of the line, behind every job already waiting
+    -- (even one stamped with the same instant), so the order never rests on timing.
+    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at)
+             ELSE GREATEST(now(), (SELECT max(w.run_at) FROM tether_jobs w
+                                   WHERE w.state IN ('queued', 'retrying')
+                                   AND w.run_at <= now()) + interval '1 microsecond') END,
     finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
     error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt '
             || attempt || '/' || max_attempts || ')',

@@ -824,8 +824,13 @@ class SqliteStore:
                 f"UPDATE tether_jobs SET state = {RESCUE_STATE}, "
                 "lease_token = lease_token + 1, lease_expires_at = NULL, "
                 # Recovered work that has a checkpoint goes first: back to its place in line.
+                # Other recovered work goes to the back of the line: behind every job
+                # already waiting, even one enqueued within the same tick of the clock
+                # (SQLite's clock counts milliseconds), so the order never rests on timing.
                 f"run_at = CASE WHEN checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
-                f"ELSE {NOW} END, "
+                f"ELSE MAX({NOW}, COALESCE((SELECT MAX(w.run_at) FROM tether_jobs w "
+                f"WHERE w.state IN ('queued', 'retrying') AND w.run_at <= {NOW}), 0) + 0.001) "
+                "END, "
                 f"finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN {NOW} "
                 "ELSE NULL END, "
                 "error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt ' "
