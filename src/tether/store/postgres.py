@@ -781,13 +781,14 @@ class PostgresStore:
         result: dict[str, object] | None,
         error: str | None,
         final: bool,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
         async with self._conn() as conn, conn.transaction():
             cur = await conn.execute(
                 "UPDATE tether_cancellations SET status = %s, steps = %s::jsonb, "
                 "result = COALESCE(%s::jsonb, result), error = %s, "
                 "completed_at = CASE WHEN %s THEN now() ELSE completed_at END "
-                "WHERE id = %s RETURNING job_id",
+                "WHERE id = %s AND (%s::text IS NULL OR status = %s) RETURNING job_id",
                 (
                     status,
                     json.dumps(steps),
@@ -795,11 +796,14 @@ class PostgresStore:
                     error,
                     final,
                     cancellation_id,
+                    expect,
+                    expect,
                 ),
             )
             row = await cur.fetchone()
             if row is not None:
                 await self._notify(conn, "tether_changed", [str(row["job_id"])])
+        return row is not None
 
     async def get_cancellation(
         self, *, job_id: int | None, request_id: str | None
@@ -831,6 +835,19 @@ class PostgresStore:
                     "ORDER BY initiated_at DESC, id LIMIT %s OFFSET %s"
                 ).format(sql.Literal(status))
                 cur = await conn.execute(query, (limit, offset))
+            return [self._rows.cancellation(r) for r in await cur.fetchall()]
+
+    async def list_stale_cancellations(
+        self, older_than: float, limit: int
+    ) -> list[CancellationRow]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_cancellations "
+                "WHERE status NOT IN ('completed', 'partial', 'failed') "
+                "AND initiated_at <= now() - make_interval(secs => %s) "
+                "ORDER BY initiated_at, id LIMIT %s",
+                (older_than, limit),
+            )
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
 
     # -- workers -------------------------------------------------------------------------

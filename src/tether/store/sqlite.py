@@ -519,12 +519,14 @@ class SqliteStore:
         result: dict[str, object] | None,
         error: str | None,
         final: bool,
-    ) -> None:
-        def run(conn: sqlite3.Connection) -> int:
-            conn.execute(
+        expect: str | None = None,
+    ) -> bool:
+        def run(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
                 "UPDATE tether_cancellations SET status = ?, steps = ?, "
                 "result = COALESCE(?, result), error = ?, "
-                f"completed_at = CASE WHEN ? THEN {NOW} ELSE completed_at END WHERE id = ?",
+                f"completed_at = CASE WHEN ? THEN {NOW} ELSE completed_at END "
+                "WHERE id = ? AND (? IS NULL OR status = ?) RETURNING job_id",
                 (
                     status,
                     json.dumps(steps),
@@ -532,15 +534,17 @@ class SqliteStore:
                     error,
                     final,
                     cancellation_id,
+                    expect,
+                    expect,
                 ),
-            )
-            row = conn.execute(
-                "SELECT job_id FROM tether_cancellations WHERE id = ?", (cancellation_id,)
             ).fetchone()
-            return int(row[0])
+            return int(row[0]) if row is not None else None
 
         job_id = await self._write_async(run)
+        if job_id is None:
+            return False
         self.hints.publish(h.CHANGED, [str(job_id)])
+        return True
 
     async def get_cancellation(
         self, *, job_id: int | None, request_id: str | None
@@ -576,6 +580,20 @@ class SqliteStore:
                     "ORDER BY initiated_at DESC, id LIMIT ? OFFSET ?",
                     (status, limit, offset),
                 )
+            return [self._rows.cancellation(r) for r in rows]
+
+        return await self._call(run)
+
+    async def list_stale_cancellations(
+        self, older_than: float, limit: int
+    ) -> list[CancellationRow]:
+        def run() -> list[CancellationRow]:
+            rows = self._db().execute(
+                "SELECT * FROM tether_cancellations "
+                "WHERE status NOT IN ('completed', 'partial', 'failed') "
+                f"AND initiated_at <= {NOW} - ? ORDER BY initiated_at, id LIMIT ?",
+                (older_than, limit),
+            )
             return [self._rows.cancellation(r) for r in rows]
 
         return await self._call(run)
