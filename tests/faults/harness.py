@@ -6,7 +6,8 @@
   injected, API answers), written to ``history.jsonl`` in the run directory;
 - :func:`read_exec_log` reads what the jobs themselves logged;
 - :class:`Db` is the test's own direct view of the database (never through the proxy);
-- :func:`pg_restart` and :meth:`Db.terminate_listeners` are the database faults.
+- :meth:`Db.terminate_listeners` is a database fault; restarts act on a private
+  cluster (``tests.pgcluster``), never on the shared server.
 """
 
 from __future__ import annotations

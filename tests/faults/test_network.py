@@ -1,7 +1,8 @@
 """Scenarios 5, 6 and 7: the database goes away, in three ways.
 
-5. PostgreSQL restart: workers reconnect by themselves with LISTEN re-established, and
-   a job enqueued after each restart starts through NOTIFY, not the poll interval.
+5. PostgreSQL restart (of a private throwaway cluster): workers reconnect by
+   themselves with LISTEN re-established, and a job enqueued after each restart starts
+   through NOTIFY, not the poll interval.
 6. LISTEN connection killed (``pg_terminate_backend``): it comes back, and no wake-up
    is lost for longer than the poll interval.
 7. Partition (the fault proxy blackholes, or resets, one worker's connections, after a
