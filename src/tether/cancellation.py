@@ -476,7 +476,7 @@ class CancellationService:
         result: dict[str, Any]
         details: dict[str, Any] = {"previous_status": record.status, "why": why}
         if job is None:
-            errors.append(f"job {record.job_id} no longer exists")
+            errors += [f"job {record.job_id} no longer exists", why]
             result = {"errors": errors}
         else:
             if record.status == "initiated" and job.state in LIVE:
