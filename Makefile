@@ -36,8 +36,9 @@ docs: $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py
 
-# The fault-injection suite. TETHER_FAULTS=full uses the issue's counts, restarts
-# PostgreSQL and writes tests/faults/REPORT.md; the default is the short profile.
+# The fault-injection suite. TETHER_FAULTS=full uses the issue's counts and writes
+# tests/faults/REPORT.md; the default is the short profile. PostgreSQL restarts act on
+# a private throwaway cluster, never on the shared server.
 faults: $(STAMP)
 	$(PY) -m pytest tests/faults -q
 

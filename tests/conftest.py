@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
+from tests.pgcluster import PrivateCluster, make_cluster
 from tether import App, AppConfig
 from tether.store import Store, create_store
 
@@ -48,6 +49,32 @@ def pg_url(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield _with_db(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def private_pg() -> Iterator[PrivateCluster]:
+    """A throwaway PostgreSQL cluster of this test session's own, for tests that stop or
+    restart the server (never the shared one); removed at the end of the session."""
+    cluster = make_cluster()
+    if cluster is None:
+        if IN_CI:
+            pytest.fail("CI needs PostgreSQL's initdb and pg_ctl for a private cluster")
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed")
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture
+def private_pg_url(private_pg: PrivateCluster) -> Iterator[str]:
+    """A fresh database on the private cluster, for one test that may stop the server."""
+    private_pg.ensure_started()
+    name = f"tether_p_{secrets.token_hex(6)}"
+    with psycopg.connect(private_pg.admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(private_pg.admin_url, name)
+    private_pg.ensure_started()
+    with psycopg.connect(private_pg.admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -458,7 +458,7 @@ class App:
         Cancelling a job that already succeeded raises :class:`IllegalTransitionError`
         and changes nothing; a paused job over its budget fails instead.
         """
-        service = CancellationService(await self.store(), self.config.wait_poll_interval)
+        service = await self._cancellations()
         return await service.cancel(
             job_id,
             reason=reason or "cancelled by request",
@@ -469,14 +469,24 @@ class App:
             request_id=request_id,
         )
 
-    async def wait_cancelled(self, job_id: int, timeout: float) -> tuple[bool, builtins.list[str]]:
-        """Wait until the job's cancellation has finished; return ``(success, errors)``.
+    async def _cancellations(self) -> CancellationService:
+        return CancellationService(
+            await self.store(),
+            self.config.wait_poll_interval,
+            adopt_after=self.config.cancellation_adopt_after,
+        )
 
-        Event-driven (NOTIFY on PostgreSQL, in-process hints otherwise, polling as the
-        fallback); a cancellation that already finished is answered at once.
+    async def wait_cancelled(self, job_id: int, timeout: float) -> tuple[bool, builtins.list[str]]:
+        """Wait until the job's cancellation has finished and its job has stopped, or
+        ``timeout``; return ``(success, errors)``.
+
+        A record that settled ``partial`` because its job still ran (``cancel(wait=0)``)
+        is completed as soon as the job stops, so an error that no longer holds is not
+        reported. Event-driven (NOTIFY on PostgreSQL, in-process hints otherwise,
+        polling as the fallback); a cancellation that already finished is answered at once.
         """
         await self.get(job_id)
-        service = CancellationService(await self.store(), self.config.wait_poll_interval)
+        service = await self._cancellations()
         record = await service.wait_settled(job_id, timeout)
         if record is None:
             return False, [f"job {job_id} has no cancellation"]

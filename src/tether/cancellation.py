@@ -9,16 +9,20 @@ record always ends in a settled, truthful status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
+import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from tether import hints as h
 from tether import metrics
-from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError
+from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError, StoreError
 from tether.job import CancellationRow, Job, JobFilter
 from tether.states import JobState
 from tether.store import Store
@@ -32,6 +36,19 @@ Outcome = Literal[
     "cancelled", "already_cancelled", "finished_first", "failed_over_budget", "requested"
 ]
 STOPPED = {"task_cancelled", "sigterm", "sigkill"}
+#: A record nobody settled this long after it began (plus the wait its canceller asked
+#: for) has lost its canceller: the follow-up settles it from the job states.
+ADOPT_AFTER = 30.0
+#: Backoff before each retry of a store call that failed (a transient fault); the
+#: record says ``failed`` only after the last one.
+RETRY_DELAYS = (0.05, 0.2, 0.8)
+SETTLE_STEP = "settle_from_job_states"
+log = logging.getLogger("tether.cancellation")
+T = TypeVar("T")
+
+
+class _Superseded(Exception):
+    """Somebody else settled the record meanwhile (a follow-up that adopted it)."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +133,28 @@ def _now() -> str:
 class CancellationService:
     """Runs cancellations for an :class:`~tether.App` (see the module docstring)."""
 
-    def __init__(self, store: Store, poll_interval: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        poll_interval: float,
+        *,
+        adopt_after: float = ADOPT_AFTER,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
+    ) -> None:
         self.store = store
         self._poll = poll_interval
+        self._adopt_after = adopt_after
+        self._retry_delays = retry_delays
+
+    async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, tried again with backoff while the store fails transiently."""
+        for delay in self._retry_delays:
+            try:
+                return await call()
+            except StoreError as exc:
+                log.warning("cancellation: store call failed (%s); retrying in %gs", exc, delay)
+                await asyncio.sleep(delay)
+        return await call()
 
     async def cancel(
         self,
@@ -192,22 +228,44 @@ class CancellationService:
         errors: list[str] = []
         status = "completed"
         result: dict[str, Any] = {}
+        current = row.status
 
         async def progress(step: CancellationStep, next_status: str) -> None:
+            nonlocal current
             steps.append(step)
-            await self.store.update_cancellation(
-                row.id, next_status, [dataclasses.asdict(s) for s in steps], None, None, False
+            written = await self._retry(
+                lambda: self.store.update_cancellation(
+                    row.id,
+                    next_status,
+                    [dataclasses.asdict(s) for s in steps],
+                    None,
+                    None,
+                    False,
+                    expect=current,
+                )
             )
+            if not written:
+                raise _Superseded
+            current = next_status
 
         try:
             # 1. Stop new assignment: cancel what is not running, flag what is, and (with
             #    cascade) everything downstream, in the same transaction.
             t0 = _now()
             before = job.state
-            job = requested or await self.store.request_cancel(
-                job.id, row.reason, row.force, row.initiated_by, row.cascade
-            )
-            downstream = await self.store.downstream([job.id])
+            if requested is None:
+                requested = await self._retry(
+                    functools.partial(
+                        self.store.request_cancel,
+                        row.job_id,
+                        row.reason,
+                        row.force,
+                        row.initiated_by,
+                        row.cascade,
+                    )
+                )
+            job = requested
+            downstream = await self._retry(lambda: self.store.downstream([job.id]))
             targets = [job.id, *(d.id for d in downstream)] if row.cascade else [job.id]
             await progress(
                 CancellationStep(
@@ -220,6 +278,9 @@ class CancellationService:
                         "state_after": job.display_state,
                         "cascade": row.cascade,
                         "downstream": [d.id for d in downstream],
+                        # How long this request waits for the runners: a record older
+                        # than that (and the adoption bound) has lost its canceller.
+                        "wait": wait,
                     },
                 ),
                 "stopping_runners",
@@ -290,12 +351,7 @@ class CancellationService:
                 else set()
             )
             # Only a job that ran can have saved artifacts.
-            artifacts = [
-                f"{a.job_id}/{a.name}"
-                for target in final
-                if target.started_at is not None
-                for a in await self.store.list_artifacts(target.id)
-            ]
+            artifacts = await self._artifacts(final)
             await progress(
                 CancellationStep(
                     "clean_resources",
@@ -318,24 +374,182 @@ class CancellationService:
                 "dependents_blocked": blocked,
                 "errors": errors,
             }
+        except _Superseded:
+            return await self._answer(job, started)
         except Exception as exc:
-            status = "failed"
-            errors.append(f"{type(exc).__name__}: {exc}")
-            result = {"errors": errors}
+            # The job states, not this error, decide how the record ends: a job that is
+            # in fact cancelled with nothing left to do is not a failed cancellation.
+            cause = f"{type(exc).__name__}: {exc}"
+            log.warning("cancellation %s: %s; settling it from the job states", row.id, cause)
+            with contextlib.suppress(Exception):
+                latest_row = await self._retry(
+                    lambda: self.store.get_cancellation(job_id=job.id, request_id=None)
+                )
+                if latest_row is not None and latest_row.id == row.id:
+                    await self._adopt(record_from_row(latest_row), f"the canceller met {cause}")
+            # If even that failed, the record stays open and a follow-up adopts it later.
+            return await self._answer(job, started, cause)
         result["duration_seconds"] = round(time.monotonic() - started, 6)
         metrics.cancellation_finished(status, result)
-        await self.store.update_cancellation(
-            row.id,
-            status,
-            [dataclasses.asdict(s) for s in steps],
-            result,
-            "; ".join(errors) or None,
-            True,
-        )
+        try:
+            written = await self._retry(
+                lambda: self.store.update_cancellation(
+                    row.id,
+                    status,
+                    [dataclasses.asdict(s) for s in steps],
+                    result,
+                    "; ".join(errors) or None,
+                    True,
+                    expect=current,
+                )
+            )
+        except StoreError as exc:
+            # The record stays open; a follow-up settles it from the job states later.
+            return await self._answer(job, started, f"{type(exc).__name__}: {exc}")
+        if not written:
+            return await self._answer(job, started)
         latest = await self.store.get(job.id) or job
         record = await self.store.get_cancellation(job_id=job.id, request_id=None)
         assert record is not None
         return _from_record(record_from_row(record), latest, started)
+
+    async def _answer(
+        self, job: Job, started: float, error: str | None = None
+    ) -> CancellationResult:
+        """The answer from the record as it stands (somebody else may have settled it)."""
+        try:
+            latest = await self._retry(lambda: self.store.get(job.id)) or job
+            row = await self._retry(
+                lambda: self.store.get_cancellation(job_id=job.id, request_id=None)
+            )
+        except StoreError as exc:
+            latest, row = job, None
+            error = error or f"{type(exc).__name__}: {exc}"
+        if row is None:
+            return dataclasses.replace(
+                _summary(job, "requested", started),
+                status="initiated",
+                success=False,
+                errors=[error or "no cancellation record"],
+            )
+        answer = _from_record(record_from_row(row), latest, started)
+        if error is not None and not record_from_row(row).settled:
+            answer = dataclasses.replace(answer, errors=[*answer.errors, error])
+        return answer
+
+    async def _artifacts(self, jobs: list[Job]) -> list[str]:
+        # Only a job that ran can have saved artifacts.
+        found: list[str] = []
+        for target in jobs:
+            if target.started_at is not None:
+                listed = await self._retry(functools.partial(self.store.list_artifacts, target.id))
+                found += [f"{a.job_id}/{a.name}" for a in listed]
+        return found
+
+    async def adopt_stale(self, limit: int = 100) -> list[str]:
+        """Settle, from the job states, the records nobody settled: older than the
+        adoption bound plus the wait their canceller asked for (it died, or lost the
+        database on the way). Returns their ids."""
+        done: list[str] = []
+        for row in await self.store.list_stale_cancellations(self._adopt_after, limit):
+            record = record_from_row(row)
+            if not self._stale(record):
+                continue  # its canceller may still be waiting, as it was asked to
+            if await self._adopt(record, "nobody settled it: its canceller is gone"):
+                done.append(record.id)
+        return done
+
+    def _stale(self, record: CancellationRecord) -> bool:
+        waited = max(
+            (float(s.details.get("wait", 0)) for s in record.steps if s.name == "request"),
+            default=0.0,
+        )
+        age = (datetime.now(UTC) - record.initiated_at).total_seconds()
+        return not record.settled and age >= self._adopt_after + waited
+
+    async def _adopt(self, record: CancellationRecord, why: str) -> bool:
+        """Settle an open record from the job states, with a step saying so; ``False``
+        if somebody else settled it first."""
+        t0 = _now()
+        job = await self._retry(lambda: self.store.get(record.job_id))
+        errors: list[str] = []
+        result: dict[str, Any]
+        details: dict[str, Any] = {"previous_status": record.status, "why": why}
+        if job is None:
+            errors += [f"job {record.job_id} no longer exists", why]
+            result = {"errors": errors}
+        else:
+            if record.status == "initiated" and job.state in LIVE:
+                # Its canceller may have died before it asked: ask now (idempotent).
+                job = await self._retry(
+                    lambda: self.store.request_cancel(
+                        record.job_id,
+                        record.reason,
+                        record.force,
+                        record.initiated_by,
+                        record.cascade,
+                    )
+                )
+            downstream = await self._retry(lambda: self.store.downstream([record.job_id]))
+            targets = (
+                [record.job_id, *(d.id for d in downstream)] if record.cascade else [record.job_id]
+            )
+            final = await self._read(targets)
+            running = [j for j in final if j.state is JobState.RUNNING]
+            runners = [
+                f"job {j.id} on {j.worker_id} ({j.stopped_by})"
+                for j in final
+                if j.state is not JobState.RUNNING and j.stopped_by
+            ]
+            for j in running:
+                errors.append(
+                    f"job {j.id} still running when its cancellation was settled; it cannot "
+                    "run again and ends cancelled when its worker stops or its lease expires"
+                )
+            for j in final:
+                if j.stopped_by == "abandoned" and j.state is not JobState.RUNNING:
+                    errors.append(
+                        f"job {j.id}'s handler ignored cancellation and was abandoned: its "
+                        "lease was revoked, so nothing it writes counts, but it may still run"
+                    )
+            details |= {
+                "ended": {str(j.id): j.state.value for j in final if j not in running},
+                "still_running": [j.id for j in running],
+                "runners_terminated": runners,
+            }
+            result = {
+                "tasks_cancelled": [j.id for j in final if j.state is JobState.CANCELLED],
+                "tasks_completed": [j.id for j in final if j.state is JobState.SUCCEEDED],
+                "tasks_failed": [j.id for j in final if j.state is JobState.FAILED],
+                "runners_terminated": runners,
+                "slots_released": sorted(
+                    {lim for j in final if j.stopped_by and j not in running for lim in j.limits}
+                ),
+                "artifacts_preserved": await self._artifacts(final),
+                "dependents_blocked": [
+                    d.id for d in downstream if d.state is JobState.BLOCKED and not record.cascade
+                ],
+                "errors": errors,
+            }
+        status = "failed" if job is None else ("partial" if errors else "completed")
+        result["duration_seconds"] = round(
+            (datetime.now(UTC) - record.initiated_at).total_seconds(), 6
+        )
+        step = CancellationStep(SETTLE_STEP, "completed", t0, _now(), details)
+        written = await self._retry(
+            lambda: self.store.update_cancellation(
+                record.id,
+                status,
+                [*(dataclasses.asdict(s) for s in record.steps), dataclasses.asdict(step)],
+                result,
+                "; ".join(errors) or None,
+                True,
+                expect=record.status,
+            )
+        )
+        if written:
+            metrics.cancellation_finished(status, result)
+        return written
 
     async def _dismiss(
         self, record: CancellationRecord, job: Job, started: float
@@ -372,24 +586,21 @@ class CancellationService:
         done: list[str] = []
         for row in await self.store.list_cancellations(limit, 0, status="partial"):
             record = record_from_row(row)
-            if any(step.name == "follow_up" for step in record.steps):
-                continue  # followed up already, and partial for another reason too
-            waited = [
-                i
-                for step in record.steps
-                if step.name == "stop_runners"
-                for i in step.details.get("still_running", [])
-            ]
-            if not waited:
-                continue  # partial for another reason (an abandoned handler, say)
-            jobs = await self._read(waited)
-            if any(j.state is JobState.RUNNING for j in jobs):
-                continue
-            await self._complete_follow_up(record, jobs)
-            done.append(record.id)
+            if await self._follow_up_one(record):
+                done.append(record.id)
         return done
 
-    async def _complete_follow_up(self, record: CancellationRecord, jobs: list[Job]) -> None:
+    async def _follow_up_one(self, record: CancellationRecord) -> bool:
+        """Complete one partial record if the jobs it waited for have all stopped."""
+        waited = _waited(record)
+        if not waited:
+            return False  # followed up already, or partial for another reason
+        jobs = await self._read(waited)
+        if any(j.state is JobState.RUNNING for j in jobs):
+            return False
+        return await self._complete_follow_up(record, jobs)
+
+    async def _complete_follow_up(self, record: CancellationRecord, jobs: list[Job]) -> bool:
         ids = {j.id for j in jobs}
         result = dict(record.result or {})
         errors = [
@@ -412,15 +623,18 @@ class CancellationService:
             ("tasks_failed", JobState.FAILED),
         ):
             result[key] = sorted({*result.get(key, []), *(j.id for j in jobs if j.state is state)})
-        result["runners_terminated"] = [*result.get("runners_terminated", []), *runners]
+        result["runners_terminated"] = sorted({*result.get("runners_terminated", []), *runners})
         result["errors"] = errors
-        await self.store.update_cancellation(
-            record.id,
-            "partial" if errors else "completed",
-            [*(dataclasses.asdict(s) for s in record.steps), dataclasses.asdict(step)],
-            result,
-            "; ".join(errors) or None,
-            True,
+        return await self._retry(
+            lambda: self.store.update_cancellation(
+                record.id,
+                "partial" if errors else "completed",
+                [*(dataclasses.asdict(s) for s in record.steps), dataclasses.asdict(step)],
+                result,
+                "; ".join(errors) or None,
+                True,
+                expect="partial",
+            )
         )
 
     async def _settle(self, ids: list[int], timeout: float) -> list[Job]:
@@ -440,11 +654,19 @@ class CancellationService:
         jobs: list[Job] = []
         for i in range(0, len(ids), READ_CHUNK):
             part = tuple(ids[i : i + READ_CHUNK])
-            jobs += await self.store.list_jobs(JobFilter(ids=part, limit=len(part)))
+            query = JobFilter(ids=part, limit=len(part))
+            jobs += await self._retry(functools.partial(self.store.list_jobs, query))
         return sorted(jobs, key=lambda j: j.id)
 
     async def wait_settled(self, job_id: int, timeout: float) -> CancellationRecord | None:
-        """The job's cancellation record once it has settled, or as it is at ``timeout``."""
+        """The job's cancellation record once it has settled and the jobs it waited for
+        have stopped, or as it is at ``timeout``.
+
+        A record that settled ``partial`` while its job still ran is completed here as
+        soon as the job stops (the follow-up's work, done at once), so an error that
+        no longer holds is never reported as current; a record whose canceller is gone
+        is settled from the job states once it is older than the adoption bound.
+        """
         listen = getattr(self.store, "listen", None)
         if listen is not None:
             await listen()
@@ -452,12 +674,29 @@ class CancellationService:
         deadline = loop.time() + timeout
         with self.store.hints.subscribe(h.CHANGED, [str(job_id)]) as sub:
             while True:
-                row = await self.store.get_cancellation(job_id=job_id, request_id=None)
-                record = record_from_row(row) if row is not None else None
+                record = await self._current(job_id)
+                if record is not None and record.settled and _waited(record):
+                    if await self._follow_up_one(record):
+                        record = await self._current(job_id)
+                elif record is not None and self._stale(record):
+                    await self._adopt(record, "nobody settled it: its canceller is gone")
+                    record = await self._current(job_id)
                 left = deadline - loop.time()
-                if (record is not None and record.settled) or left <= 0:
+                done = record is not None and record.settled and not _waited(record)
+                if done or left <= 0:
                     return record
                 await sub.get(min(self._poll, left))
+
+    async def _current(self, job_id: int) -> CancellationRecord | None:
+        row = await self._retry(lambda: self.store.get_cancellation(job_id=job_id, request_id=None))
+        return record_from_row(row) if row is not None else None
+
+
+def _waited(record: CancellationRecord) -> list[int]:
+    """The jobs a partial record still waits for (none once followed up)."""
+    if record.status != "partial" or any(s.name == "follow_up" for s in record.steps):
+        return []
+    return [i for s in record.steps for i in s.details.get("still_running", [])]
 
 
 def _summary(job: Job, outcome: Outcome, started: float) -> CancellationResult:

@@ -715,6 +715,9 @@ def _progress_lines(res: CancellationResult) -> list[Text]:
         elif step.name == "follow_up":
             ended = ", ".join(f"job {i} {state}" for i, state in d.get("ended", {}).items())
             text = f"Followed up once the job(s) stopped: {ended}"
+        elif step.name == "settle_from_job_states":
+            ended = ", ".join(f"job {i} {state}" for i, state in d.get("ended", {}).items())
+            text = f"Settled from the job states ({d.get('why')}): {ended or 'none ended'}"
         else:
             text = step.name
         if step.error:

@@ -68,11 +68,17 @@ class AppConfig:
     wait_poll_interval: float = 0.5
     retention: RetentionConfig = field(default_factory=lambda: RetentionConfig())
     maintenance: MaintenanceConfig = field(default_factory=lambda: MaintenanceConfig())
+    # A cancellation record not settled this long after it began (plus the wait its
+    # canceller asked for) lost its canceller: a worker's follow-up, or anyone waiting
+    # on it, settles it from the job states.
+    cancellation_adopt_after: float = 30.0
 
     def __post_init__(self) -> None:
         _positive("max_payload_bytes", self.max_payload_bytes)
         _positive("max_artifact_bytes", self.max_artifact_bytes)
         _positive("wait_poll_interval", self.wait_poll_interval)
+        if self.cancellation_adopt_after < 0:
+            raise ConfigError("cancellation_adopt_after must not be negative")
         if self.default_max_attempts < 1:
             raise ConfigError("default_max_attempts must be at least 1")
 

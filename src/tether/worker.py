@@ -449,7 +449,11 @@ class Worker:
             session_grace=self.config.dead_session_grace,
         )
         self.follow_up = CancellationFollowUp(
-            CancellationService(self._store, self.app.config.wait_poll_interval),
+            CancellationService(
+                self._store,
+                self.app.config.wait_poll_interval,
+                adopt_after=self.app.config.cancellation_adopt_after,
+            ),
             interval=self.config.rescue_interval,
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,

@@ -9,7 +9,15 @@ from tether.job import Job
 from tether.states import JobState
 from tether.store import Store
 
-from .support import Db, assert_between, claim_one, outcome, running_job
+from .support import (
+    Db,
+    assert_between,
+    claim_one,
+    enqueue_one,
+    fresh_queue,
+    outcome,
+    running_job,
+)
 
 
 async def rescue_until(store: Store, job_id: int, deadline: float = 5.0) -> Job:
@@ -131,3 +139,24 @@ async def test_rescue_of_a_released_lease_happens_once(store: Store, db: Db) -> 
     assert await store.rescue() == []
     after = await store.get(job.id)
     assert after is not None and after.lease_token == job.lease_token + 1
+
+
+async def test_a_recovered_job_without_a_checkpoint_goes_behind_every_job_already_waiting(
+    store: Store, db: Db
+) -> None:
+    # The rescue follows the enqueue at once, often within one tick of SQLite's clock:
+    # the order must come from the store's rule, not from the clock telling them apart.
+    for _ in range(20):
+        queue = fresh_queue()
+        lost = await running_job(store, "w-lost", queue=queue)
+        db.expire_lease(lost.id)
+        waiting = await enqueue_one(store, queue=queue)
+        assert [j.id for j in await store.rescue()] == [lost.id]
+        assert (await claim_one(store, "w2", queue=queue)).id == waiting.id
+        # Its turn comes within one tick of the clock after the job it queued behind.
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 5
+        claimed: list[Job] = []
+        while not claimed and loop.time() < end:
+            claimed = await store.claim("w2", [queue], ["t"], 1, 60)
+        assert [j.id for j in claimed] == [lost.id]

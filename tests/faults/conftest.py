@@ -5,9 +5,9 @@ Profiles: ``--faults=short|full|off`` (with ``pytest tests/faults``) or
 profile writes ``tests/faults/REPORT.md``; ``TETHER_FAULTS_REPORT=path`` writes the
 table of any run to ``path``.
 
-PostgreSQL is restarted only by the PostgreSQL-restart scenario, which the short
-profile runs only under ``CI=true`` or with ``TETHER_FAULTS_PG_RESTART=1`` (a restart
-breaks whoever else uses the cluster at that moment); the full profile always runs it.
+PostgreSQL is restarted only by the PostgreSQL-restart scenario, on a private
+throwaway cluster of the session's own (``private_pg``), never the shared server; it
+runs in every profile.
 """
 
 from __future__ import annotations
@@ -207,14 +207,19 @@ async def scenario(
     dbs: list[tuple[str, str]] = []
 
     async def make(
-        name: str, *, store: str = "postgres", params: str | None = None, **config: Any
+        name: str,
+        *,
+        store: str = "postgres",
+        params: str | None = None,
+        pg_admin: str | None = None,
+        **config: Any,
     ) -> Scenario:
         run_dir = tmp_path / name
         (run_dir / "exec").mkdir(parents=True)
         if store == "sqlite":
             url = f"sqlite:///{run_dir}/tether.db"
         else:
-            admin = request.getfixturevalue("pg_admin_url")
+            admin = pg_admin or request.getfixturevalue("pg_admin_url")
             db_name = f"fault_{name}_{secrets.token_hex(4)}"
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f'CREATE DATABASE "{db_name}"')  # type: ignore[arg-type]

@@ -6,7 +6,8 @@
   injected, API answers), written to ``history.jsonl`` in the run directory;
 - :func:`read_exec_log` reads what the jobs themselves logged;
 - :class:`Db` is the test's own direct view of the database (never through the proxy);
-- :func:`pg_restart` and :meth:`Db.terminate_listeners` are the database faults.
+- :meth:`Db.terminate_listeners` is a database fault; restarts act on a private
+  cluster (``tests.pgcluster``), never on the shared server.
 """
 
 from __future__ import annotations
@@ -335,40 +336,6 @@ async def wait_for(probe: Any, timeout: float, every: float = 0.05) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(every)
-
-
-def pg_version() -> str:
-    return sorted(os.listdir("/etc/postgresql"))[-1]
-
-
-def pg_ctl(action: str) -> None:
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", pg_version(), "main", action],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-
-
-def pg_up(url: str) -> bool:
-    try:
-        with psycopg.connect(url, connect_timeout=2):
-            return True
-    except psycopg.Error:
-        return False
-
-
-def pg_ensure_started(url: str, timeout: float = 60.0) -> None:
-    """Start the cluster if it is down (the finally of every restart)."""
-    if pg_up(url):
-        return
-    with contextlib.suppress(subprocess.SubprocessError):
-        pg_ctl("start")
-    deadline = time.monotonic() + timeout
-    while not pg_up(url):
-        if time.monotonic() > deadline:
-            raise RuntimeError("PostgreSQL did not come back")
-        time.sleep(0.5)
 
 
 ACTIVE_STATES = ("queued", "blocked", "running", "retrying", "paused")

@@ -1,7 +1,8 @@
 """Scenarios 5, 6 and 7: the database goes away, in three ways.
 
-5. PostgreSQL restart: workers reconnect by themselves with LISTEN re-established, and
-   a job enqueued after each restart starts through NOTIFY, not the poll interval.
+5. PostgreSQL restart (of a private throwaway cluster): workers reconnect by
+   themselves with LISTEN re-established, and a job enqueued after each restart starts
+   through NOTIFY, not the poll interval.
 6. LISTEN connection killed (``pg_terminate_backend``): it comes back, and no wake-up
    is lost for longer than the poll interval.
 7. Partition (the fault proxy blackholes, or resets, one worker's connections, after a
@@ -17,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import subprocess
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -30,13 +29,12 @@ from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.harness import (
     active_count,
     percentiles,
-    pg_ctl,
-    pg_ensure_started,
     read_exec_log,
     wait_all_done,
     wait_for,
 )
 from tests.faults.proxy import FaultProxy
+from tests.pgcluster import PrivateCluster
 from tether import StoreError
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -260,22 +258,10 @@ async def test_partition(scenario: MakeScenario, mode: str) -> None:
     assert during  # used: the healthy worker ran them (checked by the invariants)
 
 
-async def test_postgres_restart(
-    scenario: MakeScenario, pg_admin_url: str, fault_profile: str
-) -> None:
-    # CI runs alone on its machine; elsewhere a restart would break whoever else uses
-    # the cluster, so the short profile asks first.
-    wanted = (
-        fault_profile == "full"
-        or os.environ.get("TETHER_FAULTS_PG_RESTART") == "1"
-        or os.environ.get("CI") == "true"
-    )
-    if not wanted:
-        pytest.skip(
-            "restarts the shared PostgreSQL cluster: full profile, CI=true or "
-            "TETHER_FAULTS_PG_RESTART=1"
-        )
-    s = await scenario("pg_restart", poll_interval=POLL)
+async def test_postgres_restart(scenario: MakeScenario, private_pg: PrivateCluster) -> None:
+    # A private cluster of this session's own: restarting a shared server would break
+    # whoever else uses it, so this runs in every profile.
+    s = await scenario("pg_restart", pg_admin=private_pg.admin_url, poll_interval=POLL)
     for name in ("w0", "w1"):
         s.cluster.start(name)
     await wait_for(lambda: len(s.db.listener_pids()) == 2, 30)
@@ -297,12 +283,9 @@ async def test_postgres_restart(
             t = time.monotonic()
             s.history.add("pg_restart")
             try:
-                await asyncio.to_thread(pg_ctl, "restart")
-            except subprocess.CalledProcessError as exc:
-                # Someone else stopped or started the shared cluster at the same time.
-                s.history.add("pg_restart_failed", stderr=exc.stderr.decode(errors="replace"))
+                await asyncio.to_thread(private_pg.restart)
             finally:
-                await asyncio.to_thread(pg_ensure_started, pg_admin_url)
+                await asyncio.to_thread(private_pg.ensure_started)
             downtime.append(time.monotonic() - t)
             relisten.append(await listeners_back(s, 2, old))
             t_probe = time.time()
@@ -312,7 +295,7 @@ async def test_postgres_restart(
     finally:
         stop.set()
         await producer
-        await asyncio.to_thread(pg_ensure_started, pg_admin_url)
+        await asyncio.to_thread(private_pg.ensure_started)
     await wait_all_done(s.db, 60)
     alive = s.cluster.alive()
     codes = await s.cluster.stop_all()

@@ -367,12 +367,12 @@ async def test_cancel_that_outlasts_its_wait_is_partial_and_the_job_still_ends_c
     stop = next(s for s in result.steps if s.name == "stop_runners")
     assert stop.status == "failed" and stop.error == result.errors[0]
     assert result.slots_released == []
-    ok, errors = await app.wait_cancelled(job.id, timeout=5)
-    assert (ok, errors) == (False, result.errors)
-    final = await app.wait(job.id, timeout=10)
+    # Waiting waits until the job has stopped; the error that resolved is not current.
+    assert await app.wait_cancelled(job.id, timeout=10) == (True, [])
+    final = await app.get(job.id)
     assert (final.state, final.stopped_by) == (JobState.CANCELLED, "task_cancelled")
-    # Once the job has stopped, a worker's follow-up completes the record.
-    record = await eventually(lambda: _record_in(app, job.id, "completed"))
+    record = await app.cancellation(job.id)
+    assert record is not None and record.status == "completed"
     follow = record.steps[-1]
     assert (follow.name, follow.details["ended"]) == ("follow_up", {str(job.id): "cancelled"})
     assert record.error is None and record.result is not None

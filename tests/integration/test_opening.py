@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import tether
 from tests.helpers import eventually, fast_config
+from tests.pgcluster import PrivateCluster
 from tether import App, JobState, Worker
 from tether.procinfo import hostname
 
@@ -96,18 +95,12 @@ async def test_gradual_start_lets_the_first_job_start_at_once_and_holds_the_rest
         await worker.stop()
 
 
-def _cluster() -> list[str]:
-    version = sorted(os.listdir("/etc/postgresql"))[0]
-    return ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
-
-
 @pytest.mark.slow
 async def test_claim_loop_backs_off_while_postgres_is_stopped_and_recovers(
-    pg_url: str, caplog: pytest.LogCaptureFixture
+    private_pg: PrivateCluster, private_pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if not Path("/etc/postgresql").is_dir():  # noqa: ASYNC240 - a one-off check
-        pytest.skip("needs a local PostgreSQL cluster it may stop")
-    app = App(pg_url)
+    # A private cluster: stopping a shared server would break everyone else using it.
+    app = App(private_pg_url)
 
     @app.task(name="work")
     async def work(ctx: tether.JobContext) -> str:
@@ -115,15 +108,12 @@ async def test_claim_loop_backs_off_while_postgres_is_stopped_and_recovers(
 
     worker = Worker(app, fast_config(poll_interval=0.05, max_consecutive_errors=2, max_backoff=0.8))
     await worker.start()
-    stopped = False
     try:
         with caplog.at_level(logging.INFO, logger="tether"):
-            await asyncio.to_thread(subprocess.run, [*_cluster(), "stop", "-m", "fast"], check=True)
-            stopped = True
+            await asyncio.to_thread(private_pg.stop)
             await eventually(lambda: _backed_off(worker), timeout=60, every=0.1)
             failures = worker.claimer.errors
-            await asyncio.to_thread(subprocess.run, [*_cluster(), "start"], check=True)
-            stopped = False
+            await asyncio.to_thread(private_pg.start)
             await eventually(lambda: _recovered(worker), timeout=60, every=0.1)
         claim_lines = [r for r in caplog.records if "claimer failed" in r.getMessage()]
         assert failures >= 3
@@ -132,8 +122,7 @@ async def test_claim_loop_backs_off_while_postgres_is_stopped_and_recovers(
         job = await work.enqueue()
         assert (await app.wait(job.id, timeout=30)).result == "done"
     finally:
-        if stopped:
-            await asyncio.to_thread(subprocess.run, [*_cluster(), "start"], check=True)
+        await asyncio.to_thread(private_pg.ensure_started)
         await worker.stop()
         await app.close()
 

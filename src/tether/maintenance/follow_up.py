@@ -1,4 +1,8 @@
-"""The cancellation follow-up: completes records that settled while their job still ran."""
+"""The cancellation follow-up: settles every cancellation record, whoever dies.
+
+It completes records that settled while their job still ran, and settles from the job
+states the records whose canceller died (or lost the database) half-way.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ log = logging.getLogger("tether.follow_up")
 
 
 class CancellationFollowUp(Service):
-    """Each round, completes the ``partial`` cancellation records whose still-running
-    jobs have stopped since (see :meth:`CancellationService.follow_up`).
+    """Each round, settles the records nobody settled within the adoption bound (see
+    :meth:`CancellationService.adopt_stale`), then completes the ``partial`` records whose
+    still-running jobs have stopped since (see :meth:`CancellationService.follow_up`).
 
-    Any number of workers may run it: two that complete the same record write the same
-    steps, and a completed record is no longer looked at.
+    Any number of workers may run it: every write names the status it expects, so of
+    two that reach the same record only one writes, and a settled record is left alone.
     """
 
     name = "cancellation follow-up"
@@ -37,8 +42,15 @@ class CancellationFollowUp(Service):
         self.cancellations = cancellations
 
     async def run_once(self) -> list[str]:
-        """One round; returns the ids of the records completed."""
+        """One round; returns the ids of the records settled or completed."""
+        adopted = await self.cancellations.adopt_stale()
+        for record_id in adopted:
+            log.warning(
+                "cancellation %s: nobody settled it (its canceller is gone); "
+                "settled from the job states",
+                record_id,
+            )
         done = await self.cancellations.follow_up()
         for record_id in done:
             log.info("cancellation %s: its job has stopped; record completed", record_id)
-        return done
+        return [*adopted, *done]

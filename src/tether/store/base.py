@@ -173,8 +173,14 @@ class Store(Protocol):
         result: dict[str, object] | None,
         error: str | None,
         final: bool,
-    ) -> None:
-        """Record a cancellation's progress; ``final`` stamps its completion."""
+        expect: str | None = None,
+    ) -> bool:
+        """Record a cancellation's progress; ``final`` stamps its completion.
+
+        With ``expect``, only while the record's status is still ``expect`` (whoever
+        drives a record checks that nobody else settled it meanwhile). Returns whether
+        the record was written.
+        """
 
     async def get_cancellation(
         self, *, job_id: int | None, request_id: str | None
@@ -185,6 +191,12 @@ class Store(Protocol):
         self, limit: int, offset: int, status: str | None = None
     ) -> list[CancellationRow]:
         """Cancellation records, newest first (only those with ``status``, if given)."""
+
+    async def list_stale_cancellations(
+        self, older_than: float, limit: int
+    ) -> list[CancellationRow]:
+        """Records not settled yet that were started more than ``older_than`` seconds ago
+        (database time), oldest first."""
 
     # -- workers -----------------------------------------------------------------------
 

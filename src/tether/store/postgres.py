@@ -227,8 +227,13 @@ Q_RESCUE: LiteralString = f"""
 WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead')
 UPDATE tether_jobs SET state = {RESCUE_STATE},
     lease_token = lease_token + 1, lease_expires_at = NULL,
-    -- Recovered work that has a checkpoint goes first: back to its place in line.
-    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at) ELSE now() END,
+    -- Recovered work that has a checkpoint goes first: back to its place in line. Other
+    -- recovered work goes to the back of the line, behind every job already waiting
+    -- (even one stamped with the same instant), so the order never rests on timing.
+    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at)
+             ELSE GREATEST(now(), (SELECT max(w.run_at) FROM tether_jobs w
+                                   WHERE w.state IN ('queued', 'retrying')
+                                   AND w.run_at <= now()) + interval '1 microsecond') END,
     finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
     error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt '
             || attempt || '/' || max_attempts || ')',
@@ -809,13 +814,14 @@ class PostgresStore:
         result: dict[str, object] | None,
         error: str | None,
         final: bool,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
         async with self._conn() as conn, conn.transaction():
             cur = await conn.execute(
                 "UPDATE tether_cancellations SET status = %s, steps = %s::jsonb, "
                 "result = COALESCE(%s::jsonb, result), error = %s, "
                 "completed_at = CASE WHEN %s THEN now() ELSE completed_at END "
-                "WHERE id = %s RETURNING job_id",
+                "WHERE id = %s AND (%s::text IS NULL OR status = %s) RETURNING job_id",
                 (
                     status,
                     json.dumps(steps),
@@ -823,11 +829,14 @@ class PostgresStore:
                     error,
                     final,
                     cancellation_id,
+                    expect,
+                    expect,
                 ),
             )
             row = await cur.fetchone()
             if row is not None:
                 await self._notify(conn, "tether_changed", [str(row["job_id"])])
+        return row is not None
 
     async def get_cancellation(
         self, *, job_id: int | None, request_id: str | None
@@ -859,6 +868,19 @@ class PostgresStore:
                     "ORDER BY initiated_at DESC, id LIMIT %s OFFSET %s"
                 ).format(sql.Literal(status))
                 cur = await conn.execute(query, (limit, offset))
+            return [self._rows.cancellation(r) for r in await cur.fetchall()]
+
+    async def list_stale_cancellations(
+        self, older_than: float, limit: int
+    ) -> list[CancellationRow]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM tether_cancellations "
+                "WHERE status NOT IN ('completed', 'partial', 'failed') "
+                "AND initiated_at <= now() - make_interval(secs => %s) "
+                "ORDER BY initiated_at, id LIMIT %s",
+                (older_than, limit),
+            )
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
 
     # -- workers -------------------------------------------------------------------------

@@ -12,7 +12,9 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import sqlite3
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +67,20 @@ HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_j
 WATCH_INTERVAL = 0.1
 # SQLite's default limit on bound parameters is 32766; stay well below it.
 CHUNK = 500
+# A bulk enqueue commits this many jobs per transaction, so it never holds the write
+# lock for long (about 0.1 s here); between chunks other writers, heartbeats above all,
+# take their turn. Its jobs are claimable only once the last chunk has committed.
+BULK_CHUNK = 1000
+# The pause after each chunk: a window for a writer of another process, waiting for the
+# lock, to take it (see LOCK_POLL).
+BULK_PAUSE = 0.01
+# How often a writer waiting for the lock tries again. SQLite's own busy handler backs
+# off to 100 ms sleeps and would keep missing the short pauses of a bulk enqueue.
+LOCK_POLL = 0.001
+# A bulk whose producer has committed nothing for this long is abandoned (its process
+# died half-way): the rescue deletes its jobs.
+BULK_ABANDONED_AFTER = 60.0
+OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
 
 
 def _marks(n: int) -> str:
@@ -151,9 +167,27 @@ class SqliteStore:
         assert self._conn is not None, "store is not open"
         return self._conn
 
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting up to the busy timeout for the write lock, and
+        trying again every ``LOCK_POLL`` seconds."""
+        deadline = time.monotonic() + self._busy_timeout
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+                    if not busy or time.monotonic() >= deadline:
+                        raise
+                time.sleep(LOCK_POLL)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._db()
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(conn)
         try:
             out = fn(conn)
         except BaseException:
@@ -216,79 +250,164 @@ class SqliteStore:
     # -- producers and readers -----------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
-        def run(conn: sqlite3.Connection) -> list[Job]:
-            ids: list[int] = []
-            keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
-            if keys:
-                # A key whose uniqueness window has passed is let go by its old job.
-                conn.execute(
-                    "UPDATE tether_jobs SET idempotency_key = NULL "
-                    f"WHERE idempotency_key IN {EACH} AND idempotency_expires_at <= {NOW}",
-                    (json.dumps(keys),),
-                )
-            for job in jobs:
-                deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
-                state = "queued"
-                if deps:
-                    found = {
-                        r[0]: r[1]
-                        for r in conn.execute(
-                            f"SELECT id, state FROM tether_jobs WHERE id IN ({_marks(len(deps))})",
-                            deps,
-                        )
-                    }
-                    check_dependencies(deps, found)
-                    if any(st != "succeeded" for st in found.values()):
-                        state = "blocked"
-                if job.idempotency_key is not None:
-                    row = conn.execute(
-                        "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
-                        (job.idempotency_key,),
-                    ).fetchone()
-                    if row is not None:
-                        ids.append(row[0])
-                        continue
-                row = conn.execute(
-                    "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
-                    "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
-                    "budget, limits, parent_id, idempotency_expires_at) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {NOW} + ?), {NOW}, ?, ?, "
-                    f"'enqueue', ?, ?, ?, {NOW} + ?) RETURNING id",
-                    (
-                        job.task,
-                        job.args_json,
-                        job.queue,
-                        job.priority,
-                        job.key,
-                        state,
-                        job.max_attempts,
-                        job.timeout,
-                        None if job.run_at is None else job.run_at.timestamp(),
-                        job.delay,
-                        job.owner,
-                        job.idempotency_key,
-                        job.budget,
-                        json.dumps(job.limits) if job.limits else None,
-                        job.parent_id,
-                        job.unique_for,
-                    ),
-                ).fetchone()
-                ids.append(row[0])
-                conn.executemany(
-                    "INSERT INTO tether_dependencies (job_id, depends_on) VALUES (?, ?)",
-                    [(row[0], d) for d in deps],
-                )
-                if deps:
-                    conn.execute(
-                        f"UPDATE tether_jobs SET has_dependents = 1 WHERE id IN {EACH}",
-                        (json.dumps(deps),),
-                    )
-            found = self._jobs_by_ids(conn, ids)
-            return [found[i] for i in ids]
-
-        out = await self._write_async(run)
+        if len(jobs) <= BULK_CHUNK:
+            out = await self._write_async(functools.partial(self._insert_jobs, jobs, [], None))
+        else:
+            out = await self._enqueue_in_chunks(jobs)
         self.hints.publish(h.ENQUEUED, {job.queue for job in out})
         return out
+
+    async def _enqueue_in_chunks(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """All or nothing, in short transactions: the jobs go in chunk by chunk, marked
+        with a batch that keeps them from being claimed until the last, tiny transaction
+        closes it; a failure deletes every job of the batch."""
+        batch = f"bulk-{secrets.token_hex(8)}"
+        await self._write_async(
+            lambda conn: conn.execute(
+                f"INSERT INTO tether_open_batches (id, touched_at) VALUES (?, {NOW})", (batch,)
+            )
+        )
+        ids: list[int] = []
+        out: list[Job] = []
+        try:
+            for i in range(0, len(jobs), BULK_CHUNK):
+                if i:
+                    await asyncio.sleep(BULK_PAUSE)
+                part = jobs[i : i + BULK_CHUNK]
+                out += await self._write_async(
+                    functools.partial(self._insert_jobs, part, ids, batch)
+                )
+            closed = await self._write_async(
+                lambda conn: (
+                    conn.execute("DELETE FROM tether_open_batches WHERE id = ?", (batch,)).rowcount
+                )
+            )
+            if not closed:
+                raise StoreError("bulk enqueue abandoned: it stalled too long between chunks")
+        except BaseException:
+            # Shielded: a cancelled enqueue still removes what it wrote.
+            await asyncio.shield(self._discard_batch(batch))
+            raise
+        return out
+
+    def _abandoned_batches(self) -> list[str]:
+        rows = self._db().execute(
+            f"SELECT id FROM tether_open_batches WHERE touched_at < {NOW} - ?",
+            (BULK_ABANDONED_AFTER,),
+        )
+        return [r[0] for r in rows]
+
+    async def _discard_batch(self, batch: str) -> None:
+        """Delete an open batch's jobs, in short transactions, then the batch."""
+        while await self._write_async(functools.partial(self._discard_chunk, batch)):
+            pass
+
+    def _discard_chunk(self, batch: str, conn: sqlite3.Connection) -> bool:
+        """Delete up to a chunk of an open batch's jobs; ``False`` once none is left
+        (the batch is closed then). A closed batch is never touched: its jobs are real."""
+        if conn.execute(OPEN_BATCH, (batch,)).fetchone() is None:
+            return False
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM tether_jobs WHERE batch = ? LIMIT ?", (batch, BULK_CHUNK)
+            )
+        ]
+        if not ids:
+            conn.execute("DELETE FROM tether_open_batches WHERE id = ?", (batch,))
+            return False
+        for table, column in (
+            ("tether_job_events", "job_id"),
+            ("tether_dependencies", "job_id"),
+            ("tether_jobs", "id"),
+        ):
+            conn.execute(f"DELETE FROM {table} WHERE {column} IN {EACH}", (json.dumps(ids),))
+        return True
+
+    def _insert_jobs(
+        self,
+        jobs: Sequence[NewJob],
+        ids: list[int],
+        batch: str | None,
+        conn: sqlite3.Connection,
+    ) -> list[Job]:
+        """Insert ``jobs`` (``ids``: the ids of the batch's earlier chunks, extended)."""
+        if (
+            batch is not None
+            and not conn.execute(
+                f"UPDATE tether_open_batches SET touched_at = {NOW} WHERE id = ?", (batch,)
+            ).rowcount
+        ):
+            raise StoreError("bulk enqueue abandoned: it stalled too long between chunks")
+        start = len(ids)
+        keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
+        if keys:
+            # A key whose uniqueness window has passed is let go by its old job.
+            conn.execute(
+                "UPDATE tether_jobs SET idempotency_key = NULL "
+                f"WHERE idempotency_key IN {EACH} AND idempotency_expires_at <= {NOW}",
+                (json.dumps(keys),),
+            )
+        for job in jobs:
+            deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
+            state = "queued"
+            if deps:
+                found = {
+                    r[0]: r[1]
+                    for r in conn.execute(
+                        f"SELECT id, state FROM tether_jobs WHERE id IN ({_marks(len(deps))})",
+                        deps,
+                    )
+                }
+                check_dependencies(deps, found)
+                if any(st != "succeeded" for st in found.values()):
+                    state = "blocked"
+            if job.idempotency_key is not None:
+                row = conn.execute(
+                    "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
+                    (job.idempotency_key,),
+                ).fetchone()
+                if row is not None:
+                    ids.append(row[0])
+                    continue
+            row = conn.execute(
+                "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
+                "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
+                "budget, limits, parent_id, batch, idempotency_expires_at) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {NOW} + ?), {NOW}, ?, ?, "
+                f"'enqueue', ?, ?, ?, ?, {NOW} + ?) RETURNING id",
+                (
+                    job.task,
+                    job.args_json,
+                    job.queue,
+                    job.priority,
+                    job.key,
+                    state,
+                    job.max_attempts,
+                    job.timeout,
+                    None if job.run_at is None else job.run_at.timestamp(),
+                    job.delay,
+                    job.owner,
+                    job.idempotency_key,
+                    job.budget,
+                    json.dumps(job.limits) if job.limits else None,
+                    job.parent_id,
+                    batch,
+                    job.unique_for,
+                ),
+            ).fetchone()
+            ids.append(row[0])
+            conn.executemany(
+                "INSERT INTO tether_dependencies (job_id, depends_on) VALUES (?, ?)",
+                [(row[0], d) for d in deps],
+            )
+            if deps:
+                conn.execute(
+                    f"UPDATE tether_jobs SET has_dependents = 1 WHERE id IN {EACH}",
+                    (json.dumps(deps),),
+                )
+        found = self._jobs_by_ids(conn, ids[start:])
+        return [found[i] for i in ids[start:]]
 
     async def get(self, job_id: int) -> Job | None:
         return (await self._call(lambda: self._jobs_by_ids(self._db(), [job_id]))).get(job_id)
@@ -547,12 +666,14 @@ class SqliteStore:
         result: dict[str, object] | None,
         error: str | None,
         final: bool,
-    ) -> None:
-        def run(conn: sqlite3.Connection) -> int:
-            conn.execute(
+        expect: str | None = None,
+    ) -> bool:
+        def run(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
                 "UPDATE tether_cancellations SET status = ?, steps = ?, "
                 "result = COALESCE(?, result), error = ?, "
-                f"completed_at = CASE WHEN ? THEN {NOW} ELSE completed_at END WHERE id = ?",
+                f"completed_at = CASE WHEN ? THEN {NOW} ELSE completed_at END "
+                "WHERE id = ? AND (? IS NULL OR status = ?) RETURNING job_id",
                 (
                     status,
                     json.dumps(steps),
@@ -560,15 +681,17 @@ class SqliteStore:
                     error,
                     final,
                     cancellation_id,
+                    expect,
+                    expect,
                 ),
-            )
-            row = conn.execute(
-                "SELECT job_id FROM tether_cancellations WHERE id = ?", (cancellation_id,)
             ).fetchone()
-            return int(row[0])
+            return int(row[0]) if row is not None else None
 
         job_id = await self._write_async(run)
+        if job_id is None:
+            return False
         self.hints.publish(h.CHANGED, [str(job_id)])
+        return True
 
     async def get_cancellation(
         self, *, job_id: int | None, request_id: str | None
@@ -604,6 +727,20 @@ class SqliteStore:
                     "ORDER BY initiated_at DESC, id LIMIT ? OFFSET ?",
                     (status, limit, offset),
                 )
+            return [self._rows.cancellation(r) for r in rows]
+
+        return await self._call(run)
+
+    async def list_stale_cancellations(
+        self, older_than: float, limit: int
+    ) -> list[CancellationRow]:
+        def run() -> list[CancellationRow]:
+            rows = self._db().execute(
+                "SELECT * FROM tether_cancellations "
+                "WHERE status NOT IN ('completed', 'partial', 'failed') "
+                f"AND initiated_at <= {NOW} - ? ORDER BY initiated_at, id LIMIT ?",
+                (older_than, limit),
+            )
             return [self._rows.cancellation(r) for r in rows]
 
         return await self._call(run)
@@ -668,7 +805,9 @@ class SqliteStore:
         pick = (
             "FROM tether_jobs WHERE state IN ('queued', 'retrying') "
             f"AND queue IN ({_marks(len(queues))}) AND task IN ({_marks(len(tasks))}) "
-            f"AND run_at <= {NOW}"
+            f"AND run_at <= {NOW} "
+            # A bulk enqueue still under way: its jobs wait for its last chunk.
+            "AND (batch IS NULL OR batch NOT IN (SELECT id FROM tether_open_batches))"
         )
         pick_params = [*queues, *tasks]
 
@@ -856,13 +995,23 @@ class SqliteStore:
         return await self._write_async(run)
 
     async def rescue(self) -> list[Job]:
+        # A bulk enqueue whose process died half-way: its jobs were never claimable;
+        # delete them, as its producer would have on failure.
+        for batch in await self._call(self._abandoned_batches):
+            await self._discard_batch(batch)
+
         def run(conn: sqlite3.Connection) -> list[Job]:
             rows = conn.execute(
                 f"UPDATE tether_jobs SET state = {RESCUE_STATE}, "
                 "lease_token = lease_token + 1, lease_expires_at = NULL, "
                 # Recovered work that has a checkpoint goes first: back to its place in line.
+                # Other recovered work goes to the back of the line: behind every job
+                # already waiting, even one enqueued within the same tick of the clock
+                # (SQLite's clock counts milliseconds), so the order never rests on timing.
                 f"run_at = CASE WHEN checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
-                f"ELSE {NOW} END, "
+                f"ELSE MAX({NOW}, COALESCE((SELECT MAX(w.run_at) FROM tether_jobs w "
+                f"WHERE w.state IN ('queued', 'retrying') AND w.run_at <= {NOW}), 0) + 0.001) "
+                "END, "
                 f"finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN {NOW} "
                 "ELSE NULL END, "
                 "error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt ' "

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from tether.errors import JobNotFoundError, WaitTimeoutError
+from tether.errors import JobNotFoundError
 from tether.job import Job
 from tether.states import JobState
 from tether.task import EnqueueOptions
@@ -220,10 +220,8 @@ async def cancellation_status(
     if record is not None and wait > 0 and not _done(record.settled, job):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(wait, settings.min_poll_interval), settings.max_wait)
+        # Waits for the job to stop too, and completes a record that settled while it ran.
         await caller.app.wait_cancelled(job_id, deadline - loop.time())
-        # A record settles when its own wait ends; the job may still be stopping.
-        with contextlib.suppress(WaitTimeoutError):
-            await caller.app.wait(job_id, max(0.0, deadline - loop.time()))
         record = await caller.app.cancellation(job_id)
         job = await caller.app.get(job_id)
     errors: list[str] = []
