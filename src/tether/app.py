@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
+import logging
 import os
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
+from tether import audit, names, payload
 from tether import hints as h
-from tether import payload
 from tether.cancellation import (
     CancellationRecord,
     CancellationResult,
@@ -47,6 +49,19 @@ from tether.workflow import Workflow
 
 T = TypeVar("T")
 DEFAULT_CANCEL_WAIT = 30.0
+log = logging.getLogger("tether.audit")
+
+
+def _config_name(kind: str, name: str) -> None:
+    try:
+        names.check(kind, name)
+    except InvalidJobError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _span(jobs: Sequence[Job]) -> str:
+    ids = [j.id for j in jobs]
+    return f"jobs:{min(ids)}..{max(ids)} ({len(ids)})" if ids else "jobs: none"
 
 
 class App:
@@ -54,11 +69,18 @@ class App:
 
     ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``. The
     schema is migrated on first use unless ``config.auto_migrate`` is off.
+
+    Every mutation made through the App (enqueue, cancel, pause, resume, retry, delete,
+    queue pause and resume, key configuration) leaves an audit row naming ``actor``
+    (default ``python:<OS user>``; the attribute may be set later too).
     """
 
-    def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
+    def __init__(
+        self, url: str | None = None, *, config: AppConfig | None = None, actor: str | None = None
+    ) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
+        self.actor = actor or audit.local_actor("python")
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
@@ -114,6 +136,11 @@ class App:
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            _config_name("task", task_name)
+            if queue is not None:
+                _config_name("queue", queue)
+            for resource in resources:
+                _config_name("resource", resource)
             if task_name in self.tasks:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
             task = Task(
@@ -137,8 +164,7 @@ class App:
 
     def resource(self, name: str, capacity: int) -> None:
         """Declare a pool of ``capacity`` slots that tasks can require."""
-        if not name:
-            raise ConfigError("a resource needs a name")
+        _config_name("resource", name)
         if capacity < 1:
             raise ConfigError(f"resource {name!r}: capacity must be at least 1")
         self.resources[name] = capacity
@@ -204,6 +230,14 @@ class App:
         max_attempts = opts.max_attempts if opts.max_attempts is not None else task.max_attempts
         if max_attempts < 1:
             raise InvalidJobError("max_attempts must be at least 1")
+        try:
+            idempotency_key = payload.scoped_key(opts.owner, opts.idempotency_key)
+        except ValueError as exc:
+            raise InvalidJobError(str(exc)) from None
+        if opts.queue is not None:
+            names.check("queue", opts.queue)
+        if opts.key is not None:
+            names.check("key", opts.key)
         timeout = opts.timeout if opts.timeout is not None else task.timeout
         if timeout is not None and timeout <= 0:
             raise InvalidJobError("timeout must be positive")
@@ -224,7 +258,7 @@ class App:
             timeout=timeout,
             delay=opts.delay,
             owner=opts.owner,
-            idempotency_key=opts.idempotency_key,
+            idempotency_key=idempotency_key,
             budget=opts.budget,
             limits=tuple(limits),
             depends_on=tuple(opts.depends_on),
@@ -244,8 +278,10 @@ class App:
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task
-        new = self.new_job(name, args, opts)
-        (job,) = await (await self.store()).enqueue([new])
+        async with self._audited("job.enqueue", f"task:{name}") as target:
+            new = self.new_job(name, args, opts)
+            (job,) = await (await self.store()).enqueue([new])
+            target[0] = f"job:{job.id}"
         return job
 
     async def enqueue_many(
@@ -253,8 +289,13 @@ class App:
     ) -> list[Job]:
         """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
         opts = EnqueueOptions(**options)
-        new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
-        return await (await self.store()).enqueue(new)
+        async with self._audited("job.enqueue", "jobs") as target:
+            new = [
+                self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs
+            ]
+            made = await (await self.store()).enqueue(new)
+            target[0] = _span(made)
+        return made
 
     async def enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
         """Enqueue every job of ``workflow`` in one transaction; returns them by name.
@@ -262,6 +303,12 @@ class App:
         A cycle, an unknown name or an unknown or dead dependency id is a clear
         :class:`InvalidJobError`, and nothing is written.
         """
+        async with self._audited("workflow.enqueue", "jobs") as target:
+            made = await self._enqueue_workflow(workflow)
+            target[0] = _span(list(made.values()))
+        return made
+
+    async def _enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
         nodes = workflow.order()
         position = {node.name: i for i, node in enumerate(nodes)}
         new = []
@@ -323,6 +370,8 @@ class App:
                 ) from exc
         if limit < 1 or offset < 0:
             raise InvalidJobError("limit must be positive and offset not negative")
+        if any("\x00" in (f or "") for f in (queue, task, key, owner, worker_id)):
+            return []  # nothing stored holds a NUL character (PostgreSQL refuses it)
         flt = JobFilter(
             states=states,
             queue=queue,
@@ -372,16 +421,17 @@ class App:
         Cancelling a job that already succeeded raises :class:`IllegalTransitionError`
         and changes nothing; a paused job over its budget fails instead.
         """
-        service = CancellationService(await self.store(), self.config.wait_poll_interval)
-        return await service.cancel(
-            job_id,
-            reason=reason or "cancelled by request",
-            force=force,
-            cascade=cascade,
-            wait=wait,
-            actor=actor,
-            request_id=request_id,
-        )
+        async with self._audited("job.cancel", f"job:{job_id}", actor, reason):
+            service = CancellationService(await self.store(), self.config.wait_poll_interval)
+            return await service.cancel(
+                job_id,
+                reason=reason or "cancelled by request",
+                force=force,
+                cascade=cascade,
+                wait=wait,
+                actor=actor,
+                request_id=request_id,
+            )
 
     async def wait_cancelled(self, job_id: int, timeout: float) -> tuple[bool, builtins.list[str]]:
         """Wait until the job's cancellation has finished; return ``(success, errors)``.
@@ -422,43 +472,50 @@ class App:
         A paused job keeps its checkpoint; :meth:`resume` queues it again. Pausing a job
         that is blocked or finished raises :class:`IllegalTransitionError`.
         """
-        before = await self.get(job_id)
-        if before.state not in (
-            JobState.QUEUED,
-            JobState.RETRYING,
-            JobState.RUNNING,
-            JobState.PAUSED,
-        ):
-            raise IllegalTransitionError(job_id, before.state.value, "pause")
-        return await (await self.store()).request_pause(job_id, reason, actor)
+        async with self._audited("job.pause", f"job:{job_id}", actor, reason):
+            before = await self.get(job_id)
+            if before.state not in (
+                JobState.QUEUED,
+                JobState.RETRYING,
+                JobState.RUNNING,
+                JobState.PAUSED,
+            ):
+                raise IllegalTransitionError(job_id, before.state.value, "pause")
+            return await (await self.store()).request_pause(job_id, reason, actor)
 
     async def resume(
         self, job_id: int, *, budget: int | None = None, actor: str | None = None
     ) -> Job:
         """Queue a paused job again (optionally with a new budget); it continues from its
         checkpoint. Withdraws a pause that a running job has not acted on yet."""
-        if budget is not None and budget <= 0:
-            raise InvalidJobError(f"budget must be positive, got {budget}")
-        before = await self.get(job_id)
-        pausing = before.state is JobState.RUNNING and before.pause_requested_at is not None
-        if before.state is not JobState.PAUSED and not pausing:
-            raise IllegalTransitionError(job_id, before.state.value, "resume")
-        return await (await self.store()).resume(job_id, budget, actor)
+        async with self._audited("job.resume", f"job:{job_id}", actor):
+            if budget is not None and budget <= 0:
+                raise InvalidJobError(f"budget must be positive, got {budget}")
+            before = await self.get(job_id)
+            pausing = before.state is JobState.RUNNING and before.pause_requested_at is not None
+            if before.state is not JobState.PAUSED and not pausing:
+                raise IllegalTransitionError(job_id, before.state.value, "resume")
+            return await (await self.store()).resume(job_id, budget, actor)
 
     async def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed job again with a fresh set of attempts."""
-        before = await self.get(job_id)
-        if before.state is not JobState.FAILED:
-            raise IllegalTransitionError(job_id, before.state.value, "retry")
-        return await (await self.store()).retry(job_id, actor)
+        async with self._audited("job.retry", f"job:{job_id}", actor):
+            before = await self.get(job_id)
+            if before.state is not JobState.FAILED:
+                raise IllegalTransitionError(job_id, before.state.value, "retry")
+            return await (await self.store()).retry(job_id, actor)
 
     async def pause_queue(self, name: str, *, reason: str | None = None) -> None:
         """Stop all claims from a queue; running jobs finish."""
-        await (await self.store()).set_queue_paused(name, True, reason)
+        async with self._audited("queue.pause", f"queue:{name}", None, reason):
+            names.check("queue", name)
+            await (await self.store()).set_queue_paused(name, True, reason)
 
     async def resume_queue(self, name: str) -> None:
         """Let workers claim from a paused queue again."""
-        await (await self.store()).set_queue_paused(name, False, None)
+        async with self._audited("queue.resume", f"queue:{name}"):
+            names.check("queue", name)
+            await (await self.store()).set_queue_paused(name, False, None)
 
     async def queues(self) -> builtins.list[QueueInfo]:
         """Queues with their pause flags and job counts."""
@@ -469,9 +526,11 @@ class App:
     ) -> None:
         """Set how many jobs of a concurrency key may run at once, and whether a paused
         or failed job under the key blocks it (the default)."""
-        if max_running < 1:
-            raise InvalidJobError("max_running must be at least 1")
-        await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
+        async with self._audited("key.configure", f"key:{key}", None, f"max_running={max_running}"):
+            names.check("key", key)
+            if max_running < 1:
+                raise InvalidJobError("max_running must be at least 1")
+            await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
 
     async def limits(self) -> builtins.list[LimitInfo]:
         """Concurrency keys and resource pools, with what blocks them."""
@@ -480,7 +539,8 @@ class App:
     async def delete(self, job_id: int, *, actor: str | None = None) -> builtins.list[Job]:
         """Delete a job. Its active children are cancelled first ("parent job deleted");
         children that already ended are kept. Returns the children cancelled."""
-        _, children = await (await self.store()).delete(job_id, actor)
+        async with self._audited("job.delete", f"job:{job_id}", actor):
+            _, children = await (await self.store()).delete(job_id, actor)
         return children
 
     async def children(self, job_id: int) -> builtins.list[Job]:
@@ -546,6 +606,38 @@ class App:
                         )
                     step = min(step, left)
                 await sub.get(step)
+
+    # -- audit ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _audited(
+        self, action: str, target: str, actor: str | None = None, detail: str | None = None
+    ) -> AsyncIterator[builtins.list[str]]:
+        """Audit the mutation inside the block (``ok``, or the error it raised) as
+        ``actor`` (default: the App's). The block may name a better target. Nothing is
+        written when the REST API or the dashboard audits the call itself."""
+        target_box = [target]
+        if audit.caller_audits():
+            yield target_box
+            return
+        try:
+            yield target_box
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            await self._audit(actor, action, target_box[0], "failed", why)
+            raise
+        await self._audit(actor, action, target_box[0], "ok", detail)
+
+    async def _audit(
+        self, actor: str | None, action: str, target: str, result: str, detail: str | None
+    ) -> None:
+        # The change stands whether or not its row is written: log a failure, never raise.
+        try:
+            await audit.Audit(self).record(
+                actor or self.actor, action, target, result, detail=detail
+            )
+        except Exception as exc:
+            log.error("audit row not written (%s %s %s): %s", action, target, result, exc)
 
     # -- sync edge -----------------------------------------------------------------------
 

@@ -1,8 +1,18 @@
-"""The audit log: one row per mutation and per denied attempt, in database time."""
+"""The audit log: one row per mutation and per denied attempt, in database time.
+
+Every mutation made through an :class:`~tether.App` (the Python API, and the CLI, which
+uses it) leaves a row naming the App's ``actor``. The REST API and the dashboard write
+their own rows (with the principal, the request id and denied attempts) and mark the
+block they run in with :func:`by_caller`, so the App does not write a second one.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import getpass
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tether.job import AuditEntry
@@ -12,6 +22,33 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.audit")
 MAX_FIELD = 500  # characters kept of free text (targets, details)
+
+_caller_audits: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tether_caller_audits", default=False
+)
+
+
+@contextlib.contextmanager
+def by_caller() -> Iterator[None]:
+    """Within this block the caller audits what it does; the App writes no row."""
+    token = _caller_audits.set(True)
+    try:
+        yield
+    finally:
+        _caller_audits.reset(token)
+
+
+def caller_audits() -> bool:
+    """Whether the running code is inside :func:`by_caller`."""
+    return _caller_audits.get()
+
+
+def local_actor(prefix: str) -> str:
+    """``prefix:user``, naming the operating-system user (``prefix`` alone if unknown)."""
+    try:
+        return f"{prefix}:{getpass.getuser()}"
+    except Exception:  # no user name in some containers
+        return prefix
 
 
 class Audit:

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from tether import strictint
 from tether.feed import FeedFilter, follow
 from tether.job import FeedEvent
 from tether.states import JobState
@@ -85,8 +86,9 @@ async def events(
         async with caller.attempt(f"job:{job}", mutation=False):
             await caller.job(job)
     after = since
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        after = int(last_event_id.strip())
+    resume_at = strictint.parse(last_event_id, 0, MAX_ID)
+    if resume_at is not None:
+        after = resume_at
     settings = caller.api.settings
     flt = FeedFilter(
         job_id=job,
@@ -121,6 +123,7 @@ async def _stream(
             await buffer.put(item)
 
     pumping = asyncio.create_task(pump(), name="tether-sse-feed")
+    getting: asyncio.Future[FeedEvent] | None = None
     sent = 0
     try:
         yield ": stream open\n\n"
@@ -149,8 +152,16 @@ async def _stream(
             if deadline is None or loop.time() < deadline:
                 yield ": keep-alive\n\n"
     finally:
-        pumping.cancel()
-        with contextlib.suppress(BaseException):
-            await pumping
+        # A client that leaves closes this generator at any await above: cancel and reap
+        # every task it started, so none is left pending for the collector to destroy
+        # (and log at ERROR). A disconnect is normal; it is logged at DEBUG only.
+        for task in (getting, pumping):
+            if task is not None and not task.done():
+                task.cancel()
+        for task in (getting, pumping):
+            if task is not None:
+                with contextlib.suppress(BaseException):
+                    await task
         with contextlib.suppress(BaseException):
             await feed.aclose()
+        log.debug("event stream closed after %d event(s)", sent)
