@@ -16,13 +16,13 @@ from tether import App
 from tether.audit import Audit
 from tether.errors import ConfigError, IllegalTransitionError, InvalidJobError
 from tether.job import Job
-from tether.payload import MAX_DEPTH
 from tether.task import EnqueueOptions
 from tether.web import ApiSettings, create_app
 
 from .support import Client, add_tasks, live_server
 
 JobIn = Callable[..., Awaitable[Job]]
+MAX_DEPTH = 64  # the documented nesting limit (tether.payload.MAX_DEPTH)
 
 
 def nested(depth: int) -> Any:
