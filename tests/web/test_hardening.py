@@ -4,7 +4,9 @@ principals' data, the audit trail, cross-site requests. On both stores, in proce
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,7 +21,7 @@ from tether.job import Job
 from tether.task import EnqueueOptions
 from tether.web import ApiSettings, create_app
 
-from .support import Client, add_tasks, live_server
+from .support import Client, add_tasks, free_port, live_server
 
 JobIn = Callable[..., Awaitable[Job]]
 MAX_DEPTH = 64  # the documented nesting limit (tether.payload.MAX_DEPTH)
@@ -415,3 +417,40 @@ async def test_a_look_alike_digit_in_the_dashboards_event_stream_is_no_job(
             async with http.stream("GET", "/ui/events?job=²") as res:
                 assert res.status_code == 200
                 assert res.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_a_token_too_long_for_a_header_line_gets_the_apis_json_401(
+    tapp: App, settings: ApiSettings
+) -> None:
+    from tether.web.app import server_config
+
+    api = create_app(tapp, settings)
+    config = server_config(api, "127.0.0.1", free_port(), settings, log_level="warning")
+    with live_server(api, config) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            for size in (20_000, 60_000):
+                res = await http.get("/api/jobs", headers={"Authorization": "Bearer " + "x" * size})
+                assert res.status_code == 401, size
+                assert res.json()["code"] == "unauthorized"
+            # Past the documented header limit the HTTP server answers, before tether.
+            res = await http.get("/api/jobs", headers={"Authorization": "Bearer " + "x" * 2**20})
+            assert res.status_code == 400
+
+
+async def test_a_client_leaving_an_event_stream_logs_nothing_above_debug(
+    tapp: App, authed: Client, settings: ApiSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with live_server(create_app(tapp, settings)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            for _ in range(10):
+                headers = authed.headers("alice")
+                async with http.stream("GET", "/api/events", headers=headers) as res:
+                    assert res.status_code == 200
+                    async for _line in res.aiter_lines():
+                        break  # ": stream open", then leave
+            # The server notices each departure; give it a request to be sure it did.
+            assert (await http.get("/health")).status_code in (200, 503)
+    gc.collect()
+    loud = [r for r in caplog.records if r.levelno > logging.DEBUG and r.name != "httpx"]
+    assert loud == [], [r.getMessage() for r in loud]

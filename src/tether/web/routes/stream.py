@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
@@ -23,6 +24,7 @@ from tether.web.security import ALL_ROLES, Caller, require
 router = APIRouter(tags=["events"], responses=ERRORS)
 log = logging.getLogger("tether.web")
 BACKLOG = 1000  # transitions buffered for a slow client before the feed waits for it
+CLOSE_WITHIN = 5.0  # seconds a closing stream may take to stop its feed
 
 DESCRIPTION = """\
 Server-Sent Events, one per job transition:
@@ -152,16 +154,19 @@ async def _stream(
             if deadline is None or loop.time() < deadline:
                 yield ": keep-alive\n\n"
     finally:
-        # A client that leaves closes this generator at any await above: cancel and reap
-        # every task it started, so none is left pending for the collector to destroy
-        # (and log at ERROR). A disconnect is normal; it is logged at DEBUG only.
-        for task in (getting, pumping):
-            if task is not None and not task.done():
-                task.cancel()
-        for task in (getting, pumping):
-            if task is not None:
-                with contextlib.suppress(BaseException):
-                    await task
-        with contextlib.suppress(BaseException):
-            await feed.aclose()
+        # A client that leaves cancels this generator at any await above, and the server
+        # keeps cancelling every await of this block too. Shielded (and bounded), the
+        # block cancels and reaps every task the stream started, so none is left pending
+        # for the collector to destroy (logged at ERROR) and no query is interrupted
+        # twice. A disconnect is normal: DEBUG only.
+        with anyio.move_on_after(CLOSE_WITHIN, shield=True):
+            for task in (getting, pumping):
+                if task is not None and not task.done():
+                    task.cancel()
+            for task in (getting, pumping):
+                if task is not None:
+                    with contextlib.suppress(BaseException):
+                        await task
+            with contextlib.suppress(BaseException):
+                await feed.aclose()
         log.debug("event stream closed after %d event(s)", sent)
