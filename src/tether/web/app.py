@@ -78,7 +78,8 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
 
 def server_config(api: Any, host: str, port: int, settings: ApiSettings, **kwargs: Any) -> Any:
     """The uvicorn configuration ``tether serve`` runs ``api`` with: request headers up to
-    ``settings.max_header_bytes`` (larger get the HTTP server's plain 400)."""
+    ``settings.max_header_bytes`` (larger get the HTTP server's plain 400). The h11
+    protocol always, so that limit holds whichever HTTP parsers are installed."""
     import uvicorn
 
     return uvicorn.Config(
@@ -86,6 +87,7 @@ def server_config(api: Any, host: str, port: int, settings: ApiSettings, **kwarg
         host=host,
         port=port,
         server_header=False,
+        http="h11",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         **kwargs,
     )
