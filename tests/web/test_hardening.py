@@ -454,3 +454,12 @@ async def test_a_client_leaving_an_event_stream_logs_nothing_above_debug(
     gc.collect()
     loud = [r for r in caplog.records if r.levelno > logging.DEBUG and r.name != "httpx"]
     assert loud == [], [r.getMessage() for r in loud]
+
+
+def test_checkpoints_and_results_obey_the_same_nesting_limit() -> None:
+    from tether import payload
+
+    assert payload.encode({"a": nested(MAX_DEPTH - 1)})  # the object itself is a level
+    for value in ({"a": nested(MAX_DEPTH)}, nested(MAX_DEPTH + 1), nested(5000)):
+        with pytest.raises(ValueError, match="nests deeper"):
+            payload.encode(value)  # what save_checkpoint and a handler's result go through
