@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import dataclasses
-import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
-from tether import audit, names, payload
 from tether import hints as h
+from tether import names, payload
+from tether.audit import audited, local_actor
 from tether.cancellation import (
     CancellationRecord,
     CancellationResult,
@@ -49,14 +48,18 @@ from tether.workflow import Workflow
 
 T = TypeVar("T")
 DEFAULT_CANCEL_WAIT = 30.0
-log = logging.getLogger("tether.audit")
 
 
-def _config_name(kind: str, name: str) -> None:
-    try:
-        names.check(kind, name)
-    except InvalidJobError as exc:
-        raise ConfigError(str(exc)) from None
+def _job_target(args: dict[str, Any]) -> str:
+    return f"job:{args['job_id']}"
+
+
+def _queue_target(args: dict[str, Any]) -> str:
+    return f"queue:{args['name']}"
+
+
+def _name(task: str | Task) -> str:
+    return task.name if isinstance(task, Task) else task
 
 
 def _span(jobs: Sequence[Job]) -> str:
@@ -80,7 +83,7 @@ class App:
     ) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
-        self.actor = actor or audit.local_actor("python")
+        self.actor = actor or local_actor("python")
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
@@ -134,13 +137,13 @@ class App:
         module-level ``def`` in a child process that can be killed; ``resources`` names
         pools declared with :meth:`resource` whose slots the job holds while it runs."""
 
+        resource_names = [("resource", r) for r in resources]
+
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
-            _config_name("task", task_name)
-            if queue is not None:
-                _config_name("queue", queue)
-            for resource in resources:
-                _config_name("resource", resource)
+            for kind, named in (("task", task_name), ("queue", queue), *resource_names):
+                if named is not None:
+                    names.check_config(kind, named)
             if task_name in self.tasks:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
             task = Task(
@@ -164,7 +167,7 @@ class App:
 
     def resource(self, name: str, capacity: int) -> None:
         """Declare a pool of ``capacity`` slots that tasks can require."""
-        _config_name("resource", name)
+        names.check_config("resource", name)
         if capacity < 1:
             raise ConfigError(f"resource {name!r}: capacity must be at least 1")
         self.resources[name] = capacity
@@ -230,14 +233,13 @@ class App:
         max_attempts = opts.max_attempts if opts.max_attempts is not None else task.max_attempts
         if max_attempts < 1:
             raise InvalidJobError("max_attempts must be at least 1")
+        for kind, named in (("queue", opts.queue), ("key", opts.key)):
+            if named is not None:
+                names.check(kind, named)
         try:
             idempotency_key = payload.scoped_key(opts.owner, opts.idempotency_key)
         except ValueError as exc:
             raise InvalidJobError(str(exc)) from None
-        if opts.queue is not None:
-            names.check("queue", opts.queue)
-        if opts.key is not None:
-            names.check("key", opts.key)
         timeout = opts.timeout if opts.timeout is not None else task.timeout
         if timeout is not None and timeout <= 0:
             raise InvalidJobError("timeout must be positive")
@@ -264,6 +266,7 @@ class App:
             depends_on=tuple(opts.depends_on),
         )
 
+    @audited("job.enqueue", lambda a: f"task:{_name(a['task'])}", done=lambda j: f"job:{j.id}")
     async def enqueue(
         self,
         task: str | Task,
@@ -278,37 +281,26 @@ class App:
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task
-        async with self._audited("job.enqueue", f"task:{name}") as target:
-            new = self.new_job(name, args, opts)
-            (job,) = await (await self.store()).enqueue([new])
-            target[0] = f"job:{job.id}"
+        new = self.new_job(name, args, opts)
+        (job,) = await (await self.store()).enqueue([new])
         return job
 
+    @audited("job.enqueue", lambda a: "jobs", done=lambda jobs: _span(jobs))
     async def enqueue_many(
         self, jobs: Iterable[tuple[str | Task, dict[str, JSON]]], **options: Any
     ) -> list[Job]:
         """Enqueue many jobs in one transaction: all of them, or none if one is invalid."""
         opts = EnqueueOptions(**options)
-        async with self._audited("job.enqueue", "jobs") as target:
-            new = [
-                self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs
-            ]
-            made = await (await self.store()).enqueue(new)
-            target[0] = _span(made)
-        return made
+        new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
+        return await (await self.store()).enqueue(new)
 
+    @audited("workflow.enqueue", lambda a: "jobs", done=lambda made: _span(list(made.values())))
     async def enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
         """Enqueue every job of ``workflow`` in one transaction; returns them by name.
 
         A cycle, an unknown name or an unknown or dead dependency id is a clear
         :class:`InvalidJobError`, and nothing is written.
         """
-        async with self._audited("workflow.enqueue", "jobs") as target:
-            made = await self._enqueue_workflow(workflow)
-            target[0] = _span(list(made.values()))
-        return made
-
-    async def _enqueue_workflow(self, workflow: Workflow) -> dict[str, Job]:
         nodes = workflow.order()
         position = {node.name: i for i, node in enumerate(nodes)}
         new = []
@@ -401,6 +393,7 @@ class App:
 
     # -- control -------------------------------------------------------------------------
 
+    @audited("job.cancel", _job_target)
     async def cancel(
         self,
         job_id: int,
@@ -421,17 +414,16 @@ class App:
         Cancelling a job that already succeeded raises :class:`IllegalTransitionError`
         and changes nothing; a paused job over its budget fails instead.
         """
-        async with self._audited("job.cancel", f"job:{job_id}", actor, reason):
-            service = CancellationService(await self.store(), self.config.wait_poll_interval)
-            return await service.cancel(
-                job_id,
-                reason=reason or "cancelled by request",
-                force=force,
-                cascade=cascade,
-                wait=wait,
-                actor=actor,
-                request_id=request_id,
-            )
+        service = CancellationService(await self.store(), self.config.wait_poll_interval)
+        return await service.cancel(
+            job_id,
+            reason=reason or "cancelled by request",
+            force=force,
+            cascade=cascade,
+            wait=wait,
+            actor=actor,
+            request_id=request_id,
+        )
 
     async def wait_cancelled(self, job_id: int, timeout: float) -> tuple[bool, builtins.list[str]]:
         """Wait until the job's cancellation has finished; return ``(success, errors)``.
@@ -464,6 +456,7 @@ class App:
         rows = await (await self.store()).list_cancellations(limit, offset)
         return [record_from_row(r) for r in rows]
 
+    @audited("job.pause", _job_target)
     async def pause(
         self, job_id: int, *, reason: str | None = None, actor: str | None = None
     ) -> Job:
@@ -472,75 +465,74 @@ class App:
         A paused job keeps its checkpoint; :meth:`resume` queues it again. Pausing a job
         that is blocked or finished raises :class:`IllegalTransitionError`.
         """
-        async with self._audited("job.pause", f"job:{job_id}", actor, reason):
-            before = await self.get(job_id)
-            if before.state not in (
-                JobState.QUEUED,
-                JobState.RETRYING,
-                JobState.RUNNING,
-                JobState.PAUSED,
-            ):
-                raise IllegalTransitionError(job_id, before.state.value, "pause")
-            return await (await self.store()).request_pause(job_id, reason, actor)
+        before = await self.get(job_id)
+        if before.state not in (
+            JobState.QUEUED,
+            JobState.RETRYING,
+            JobState.RUNNING,
+            JobState.PAUSED,
+        ):
+            raise IllegalTransitionError(job_id, before.state.value, "pause")
+        return await (await self.store()).request_pause(job_id, reason, actor)
 
+    @audited("job.resume", _job_target)
     async def resume(
         self, job_id: int, *, budget: int | None = None, actor: str | None = None
     ) -> Job:
         """Queue a paused job again (optionally with a new budget); it continues from its
         checkpoint. Withdraws a pause that a running job has not acted on yet."""
-        async with self._audited("job.resume", f"job:{job_id}", actor):
-            if budget is not None and budget <= 0:
-                raise InvalidJobError(f"budget must be positive, got {budget}")
-            before = await self.get(job_id)
-            pausing = before.state is JobState.RUNNING and before.pause_requested_at is not None
-            if before.state is not JobState.PAUSED and not pausing:
-                raise IllegalTransitionError(job_id, before.state.value, "resume")
-            return await (await self.store()).resume(job_id, budget, actor)
+        if budget is not None and budget <= 0:
+            raise InvalidJobError(f"budget must be positive, got {budget}")
+        before = await self.get(job_id)
+        pausing = before.state is JobState.RUNNING and before.pause_requested_at is not None
+        if before.state is not JobState.PAUSED and not pausing:
+            raise IllegalTransitionError(job_id, before.state.value, "resume")
+        return await (await self.store()).resume(job_id, budget, actor)
 
+    @audited("job.retry", _job_target)
     async def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed job again with a fresh set of attempts."""
-        async with self._audited("job.retry", f"job:{job_id}", actor):
-            before = await self.get(job_id)
-            if before.state is not JobState.FAILED:
-                raise IllegalTransitionError(job_id, before.state.value, "retry")
-            return await (await self.store()).retry(job_id, actor)
+        before = await self.get(job_id)
+        if before.state is not JobState.FAILED:
+            raise IllegalTransitionError(job_id, before.state.value, "retry")
+        return await (await self.store()).retry(job_id, actor)
 
+    @audited("queue.pause", _queue_target)
     async def pause_queue(self, name: str, *, reason: str | None = None) -> None:
         """Stop all claims from a queue; running jobs finish."""
-        async with self._audited("queue.pause", f"queue:{name}", None, reason):
-            names.check("queue", name)
-            await (await self.store()).set_queue_paused(name, True, reason)
+        names.check("queue", name)
+        await (await self.store()).set_queue_paused(name, True, reason)
 
+    @audited("queue.resume", _queue_target)
     async def resume_queue(self, name: str) -> None:
         """Let workers claim from a paused queue again."""
-        async with self._audited("queue.resume", f"queue:{name}"):
-            names.check("queue", name)
-            await (await self.store()).set_queue_paused(name, False, None)
+        names.check("queue", name)
+        await (await self.store()).set_queue_paused(name, False, None)
 
     async def queues(self) -> builtins.list[QueueInfo]:
         """Queues with their pause flags and job counts."""
         return await (await self.store()).list_queues()
 
+    @audited("key.configure", lambda a: f"key:{a['key']}")
     async def configure_key(
         self, key: str, *, max_running: int = 1, block_on_hold: bool = True
     ) -> None:
         """Set how many jobs of a concurrency key may run at once, and whether a paused
         or failed job under the key blocks it (the default)."""
-        async with self._audited("key.configure", f"key:{key}", None, f"max_running={max_running}"):
-            names.check("key", key)
-            if max_running < 1:
-                raise InvalidJobError("max_running must be at least 1")
-            await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
+        names.check("key", key)
+        if max_running < 1:
+            raise InvalidJobError("max_running must be at least 1")
+        await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
 
     async def limits(self) -> builtins.list[LimitInfo]:
         """Concurrency keys and resource pools, with what blocks them."""
         return await (await self.store()).list_limits()
 
+    @audited("job.delete", _job_target)
     async def delete(self, job_id: int, *, actor: str | None = None) -> builtins.list[Job]:
         """Delete a job. Its active children are cancelled first ("parent job deleted");
         children that already ended are kept. Returns the children cancelled."""
-        async with self._audited("job.delete", f"job:{job_id}", actor):
-            _, children = await (await self.store()).delete(job_id, actor)
+        _, children = await (await self.store()).delete(job_id, actor)
         return children
 
     async def children(self, job_id: int) -> builtins.list[Job]:
@@ -606,38 +598,6 @@ class App:
                         )
                     step = min(step, left)
                 await sub.get(step)
-
-    # -- audit ---------------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _audited(
-        self, action: str, target: str, actor: str | None = None, detail: str | None = None
-    ) -> AsyncIterator[builtins.list[str]]:
-        """Audit the mutation inside the block (``ok``, or the error it raised) as
-        ``actor`` (default: the App's). The block may name a better target. Nothing is
-        written when the REST API or the dashboard audits the call itself."""
-        target_box = [target]
-        if audit.caller_audits():
-            yield target_box
-            return
-        try:
-            yield target_box
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            await self._audit(actor, action, target_box[0], "failed", why)
-            raise
-        await self._audit(actor, action, target_box[0], "ok", detail)
-
-    async def _audit(
-        self, actor: str | None, action: str, target: str, result: str, detail: str | None
-    ) -> None:
-        # The change stands whether or not its row is written: log a failure, never raise.
-        try:
-            await audit.Audit(self).record(
-                actor or self.actor, action, target, result, detail=detail
-            )
-        except Exception as exc:
-            log.error("audit row not written (%s %s %s): %s", action, target, result, exc)
 
     # -- sync edge -----------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from tether.errors import InvalidJobError
+from tether.errors import ConfigError, InvalidJobError
 
 MAX_NAME = 200
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@<>\-]{0,199}$"
@@ -32,3 +32,12 @@ def check(kind: str, name: str) -> str:
             "A-Z a-z 0-9 _ . : - @ < >, starting with a letter, a digit or _"
         )
     return name
+
+
+def check_config(kind: str, name: str) -> str:
+    """:func:`check` for a name given in code (a task, a resource): a
+    :class:`~tether.errors.ConfigError`."""
+    try:
+        return check(kind, name)
+    except InvalidJobError as exc:
+        raise ConfigError(str(exc)) from None
