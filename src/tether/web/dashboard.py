@@ -186,16 +186,18 @@ async def visitor(request: Request) -> Visitor:
 
 
 async def writer(request: Request, v: Annotated[Visitor, Depends(visitor)]) -> Visitor:
-    """The dependency of every POST: a session and its CSRF token."""
+    """The dependency of every POST: a session, its CSRF token, and the path the form
+    names as its target."""
     form = await request.form()
     given = form.get("csrf")
     target = form.get("target")
-    why = None
+    why, refusal = None, CsrfRefused()
     if not isinstance(given, str) or not secrets.compare_digest(given, v.session.csrf):
         why = "missing or bad CSRF token"
     elif not isinstance(target, str) or target != _raw_path(request):
         # The form was built for another path (a name a browser resolved as "..", say).
         why = f"the form names {str(target)[:200]!r} as its target"
+        refusal = CsrfRefused("this form was sent to another page than the one it names")
     if why is not None:
         await v.api.record(
             v.principal.name,
@@ -205,11 +207,7 @@ async def writer(request: Request, v: Annotated[Visitor, Depends(visitor)]) -> V
             getattr(request.state, "request_id", None),
             why,
         )
-        raise (
-            CsrfRefused()
-            if why.startswith("missing")
-            else CsrfRefused("this form was sent to another page than the one it names")
-        )
+        raise refusal
     return v
 
 
