@@ -424,11 +424,8 @@ def test_cancel_status_and_cancellations_show_the_record(
     record = json.loads(
         tether(runner, "job", "cancel-status", str(queued.id), "-d", sqlite_url, "--json").stdout
     )
-    assert (record["job_id"], record["status"], record["initiated_by"]) == (
-        queued.id,
-        "completed",
-        "cli",
-    )
+    assert (record["job_id"], record["status"]) == (queued.id, "completed")
+    assert record["initiated_by"].startswith("cli")  # cli:<OS user>
     assert record["steps"][0]["name"] == "request"
     show = tether(runner, "job", "show", str(queued.id), "-d", sqlite_url)
     assert f"cancellation {record['id']}: completed" in show.stdout

@@ -18,7 +18,8 @@ from collections.abc import (
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tether import hints as h
-from tether import payload
+from tether import names, payload
+from tether.audit import audited, local_actor
 from tether.cancellation import (
     CancellationRecord,
     CancellationResult,
@@ -68,15 +69,38 @@ R = TypeVar("R")
 DEFAULT_CANCEL_WAIT = 30.0
 
 
+def _job_target(args: dict[str, Any]) -> str:
+    return f"job:{args['job_id']}"
+
+
+def _queue_target(args: dict[str, Any]) -> str:
+    return f"queue:{args['name']}"
+
+
+def _name(task: str | Task) -> str:
+    return task.name if isinstance(task, Task) else task
+
+
+def _span(jobs: Sequence[Job]) -> str:
+    ids = [j.id for j in jobs]
+    return f"jobs:{min(ids)}..{max(ids)} ({len(ids)})" if ids else "jobs: none"
+
+
 class App:
     """A tether application: the tasks it knows and the database it uses.
 
     ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``;
     ``sqlite://:memory:`` gives the App an in-memory database of its own (for tests). The
     schema is migrated on first use unless ``config.auto_migrate`` is off.
+
+    Every mutation made through the App (enqueue, cancel, pause, resume, retry, delete,
+    queue pause and resume, key configuration) leaves an audit row naming ``actor``
+    (default ``python:<OS user>``; the attribute may be set later too).
     """
 
-    def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
+    def __init__(
+        self, url: str | None = None, *, config: AppConfig | None = None, actor: str | None = None
+    ) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
         self._memory: object | None = None
@@ -87,6 +111,7 @@ class App:
 
             self.url = memory_url()
             self._memory = MemoryDatabase(parse_sqlite_path(self.url))
+        self.actor = actor or local_actor("python")
         create_store(self.url)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
@@ -146,8 +171,13 @@ class App:
         module-level ``def`` in a child process that can be killed; ``resources`` names
         pools declared with :meth:`resource` whose slots the job holds while it runs."""
 
+        resource_names = [("resource", r) for r in resources]
+
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            for kind, named in (("task", task_name), ("queue", queue), *resource_names):
+                if named is not None:
+                    names.check_config(kind, named)
             if task_name in self.tasks:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
             task = Task(
@@ -171,8 +201,7 @@ class App:
 
     def resource(self, name: str, capacity: int) -> None:
         """Declare a pool of ``capacity`` slots that tasks can require."""
-        if not name:
-            raise ConfigError("a resource needs a name")
+        names.check_config("resource", name)
         if capacity < 1:
             raise ConfigError(f"resource {name!r}: capacity must be at least 1")
         self.resources[name] = capacity
@@ -261,6 +290,13 @@ class App:
         max_attempts = opts.max_attempts if opts.max_attempts is not None else task.max_attempts
         if max_attempts < 1:
             raise InvalidJobError("max_attempts must be at least 1")
+        for kind, named in (("queue", opts.queue), ("key", opts.key)):
+            if named is not None:
+                names.check(kind, named)
+        try:
+            idempotency_key = payload.scoped_key(opts.owner, opts.idempotency_key)
+        except ValueError as exc:
+            raise InvalidJobError(str(exc)) from None
         timeout = opts.timeout if opts.timeout is not None else task.timeout
         if timeout is not None and timeout <= 0:
             raise InvalidJobError("timeout must be positive")
@@ -291,7 +327,7 @@ class App:
             timeout=timeout,
             delay=opts.delay,
             owner=opts.owner,
-            idempotency_key=opts.idempotency_key,
+            idempotency_key=idempotency_key,
             budget=opts.budget,
             limits=tuple(limits),
             depends_on=tuple(opts.depends_on),
@@ -299,6 +335,7 @@ class App:
             unique_for=opts.unique_for,
         )
 
+    @audited("job.enqueue", lambda a: f"task:{_name(a['task'])}", done=lambda j: f"job:{j.id}")
     async def enqueue(
         self,
         task: str | Task,
@@ -318,6 +355,7 @@ class App:
         (job,) = await self._insert([new], opts.connection)
         return job
 
+    @audited("job.enqueue", lambda a: "jobs", done=lambda jobs: _span(jobs))
     async def enqueue_many(
         self, jobs: Iterable[tuple[str | Task, dict[str, JSON]]], **options: Any
     ) -> list[Job]:
@@ -326,6 +364,7 @@ class App:
         new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
         return await self._insert(new, opts.connection)
 
+    @audited("workflow.enqueue", lambda a: "jobs", done=lambda made: _span(list(made.values())))
     async def enqueue_workflow(
         self, workflow: Workflow, *, connection: object | None = None
     ) -> dict[str, Job]:
@@ -409,6 +448,8 @@ class App:
                 ) from exc
         if limit < 1 or offset < 0:
             raise InvalidJobError("limit must be positive and offset not negative")
+        if any("\x00" in (f or "") for f in (queue, task, key, owner, worker_id)):
+            return []  # nothing stored holds a NUL character (PostgreSQL refuses it)
         flt = JobFilter(
             states=states,
             queue=queue,
@@ -438,6 +479,7 @@ class App:
 
     # -- control -------------------------------------------------------------------------
 
+    @audited("job.cancel", _job_target)
     async def cancel(
         self,
         job_id: int,
@@ -510,6 +552,7 @@ class App:
         rows = await (await self.store()).list_cancellations(limit, offset)
         return [record_from_row(r) for r in rows]
 
+    @audited("job.pause", _job_target)
     async def pause(
         self, job_id: int, *, reason: str | None = None, actor: str | None = None
     ) -> Job:
@@ -528,6 +571,7 @@ class App:
             raise IllegalTransitionError(job_id, before.state.value, "pause")
         return await (await self.store()).request_pause(job_id, reason, actor)
 
+    @audited("job.resume", _job_target)
     async def resume(
         self, job_id: int, *, budget: int | None = None, actor: str | None = None
     ) -> Job:
@@ -541,6 +585,7 @@ class App:
             raise IllegalTransitionError(job_id, before.state.value, "resume")
         return await (await self.store()).resume(job_id, budget, actor)
 
+    @audited("job.retry", _job_target)
     async def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed job again with a fresh set of attempts."""
         before = await self.get(job_id)
@@ -548,23 +593,29 @@ class App:
             raise IllegalTransitionError(job_id, before.state.value, "retry")
         return await (await self.store()).retry(job_id, actor)
 
+    @audited("queue.pause", _queue_target)
     async def pause_queue(self, name: str, *, reason: str | None = None) -> None:
         """Stop all claims from a queue; running jobs finish."""
+        names.check("queue", name)
         await (await self.store()).set_queue_paused(name, True, reason)
 
+    @audited("queue.resume", _queue_target)
     async def resume_queue(self, name: str) -> None:
         """Let workers claim from a paused queue again."""
+        names.check("queue", name)
         await (await self.store()).set_queue_paused(name, False, None)
 
     async def queues(self) -> builtins.list[QueueInfo]:
         """Queues with their pause flags and job counts."""
         return await (await self.store()).list_queues()
 
+    @audited("key.configure", lambda a: f"key:{a['key']}")
     async def configure_key(
         self, key: str, *, max_running: int = 1, block_on_hold: bool = True
     ) -> None:
         """Set how many jobs of a concurrency key may run at once, and whether a paused
         or failed job under the key blocks it (the default)."""
+        names.check("key", key)
         if max_running < 1:
             raise InvalidJobError("max_running must be at least 1")
         await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
@@ -573,6 +624,7 @@ class App:
         """Concurrency keys and resource pools, with what blocks them."""
         return await (await self.store()).list_limits()
 
+    @audited("job.delete", _job_target)
     async def delete(self, job_id: int, *, actor: str | None = None) -> builtins.list[Job]:
         """Delete a job. Its active children are cancelled first ("parent job deleted");
         children that already ended are kept. Returns the children cancelled."""

@@ -1,9 +1,21 @@
-"""The audit log: one row per mutation and per denied attempt, in database time."""
+"""The audit log: one row per mutation and per denied attempt, in database time.
+
+Every mutation made through an :class:`~tether.App` (the Python API, and the CLI, which
+uses it) leaves a row naming the App's ``actor``. The REST API and the dashboard write
+their own rows (with the principal, the request id and denied attempts) and mark the
+block they run in with :func:`by_caller`, so the App does not write a second one.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import getpass
+import inspect
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from tether.job import AuditEntry
 
@@ -12,6 +24,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.audit")
 MAX_FIELD = 500  # characters kept of free text (targets, details)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_caller_audits: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tether_caller_audits", default=False
+)
+
+
+@contextlib.contextmanager
+def by_caller() -> Iterator[None]:
+    """Within this block the caller audits what it does; the App writes no row."""
+    token = _caller_audits.set(True)
+    try:
+        yield
+    finally:
+        _caller_audits.reset(token)
+
+
+def caller_audits() -> bool:
+    """Whether the running code is inside :func:`by_caller`."""
+    return _caller_audits.get()
+
+
+def local_actor(prefix: str) -> str:
+    """``prefix:user``, naming the operating-system user (``prefix`` alone if unknown)."""
+    try:
+        return f"{prefix}:{getpass.getuser()}"
+    except Exception:  # no user name in some containers
+        return prefix
 
 
 class Audit:
@@ -45,3 +86,52 @@ class Audit:
     async def list(self, limit: int = 50, offset: int = 0) -> list[AuditEntry]:
         """Rows, newest first."""
         return await (await self.app.store()).list_audit(limit, offset)
+
+
+def audited(
+    action: str,
+    target: Callable[[dict[str, Any]], str],
+    *,
+    done: Callable[[Any], str] | None = None,
+) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
+    """Audit an :class:`~tether.App` method: one row as the call's ``actor`` argument (or
+    the App's ``actor``), ``ok`` or ``failed`` with the error, and its ``reason`` as the
+    detail. ``target`` names what the arguments point at; ``done`` may name it better
+    from the result (the new job). No row inside :func:`by_caller`."""
+
+    def wrap(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            if caller_audits():
+                return await method(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            params = bound.arguments
+            app: App = params["self"]
+            actor = params.get("actor") or app.actor
+            reason = params.get("reason")
+            try:
+                result = await method(*args, **kwargs)
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                await _write(app, actor, action, target(params), "failed", why)
+                raise
+            named = done(result) if done is not None else target(params)
+            await _write(app, actor, action, named, "ok", reason)
+            return result
+
+        return run
+
+    return wrap
+
+
+async def _write(
+    app: App, actor: str, action: str, target: str, result: str, detail: str | None
+) -> None:
+    # The change stands whether or not its row is written: log a failure, never raise.
+    try:
+        await Audit(app).record(actor, action, target, result, detail=detail)
+    except Exception as exc:
+        log.error("audit row not written (%s %s %s): %s", action, target, result, exc)

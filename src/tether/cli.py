@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import getpass
 import importlib
 import ipaddress
 import json
@@ -218,6 +217,8 @@ def open_app(database: str | None, app_ref: str | None = None) -> App:
             app.url = database
     else:
         app = App(database)
+    # Every change a command makes is audited in the name of the local user.
+    app.actor = _cli_actor()
     _opened.append(app.url)
     return app
 
@@ -645,7 +646,7 @@ def job_cancel(
     async def go() -> tuple[Job, CancellationResult]:
         before = await app.get(job_id)
         return before, await app.cancel(
-            job_id, reason=reason, force=force, cascade=cascade, wait=wait, actor="cli"
+            job_id, reason=reason, force=force, cascade=cascade, wait=wait, actor=app.actor
         )
 
     before, res = run(app, go())
@@ -847,7 +848,7 @@ def job_pause(
 ) -> None:
     """Pause a job: at once if it waits to run, at its next checkpoint if it runs."""
     app = open_app(database, app_ref)
-    job = run(app, app.pause(job_id, reason=reason, actor="cli"))
+    job = run(app, app.pause(job_id, reason=reason, actor=app.actor))
     if as_json:
         print_json(job)
     elif job.state is JobState.PAUSED:
@@ -870,7 +871,7 @@ def job_resume(
 ) -> None:
     """Queue a paused job again; it continues from its checkpoint."""
     app = open_app(database, app_ref)
-    job = run(app, app.resume(job_id, budget=budget, actor="cli"))
+    job = run(app, app.resume(job_id, budget=budget, actor=app.actor))
     if as_json:
         print_json(job)
     elif job.state is JobState.RUNNING:
@@ -889,7 +890,7 @@ def job_retry(
 ) -> None:
     """Queue a failed job again with a fresh set of attempts."""
     app = open_app(database, app_ref)
-    job = run(app, app.retry(job_id, actor="cli"))
+    job = run(app, app.retry(job_id, actor=app.actor))
     if as_json:
         print_json(job)
     else:
@@ -907,7 +908,7 @@ def job_delete(
     """Delete a job. Its active children are cancelled first ("parent job deleted");
     children that already finished are kept."""
     app = open_app(database, app_ref)
-    children = run(app, app.delete(job_id, actor="cli"))
+    children = run(app, app.delete(job_id, actor=app.actor))
     if as_json:
         print_json({"deleted": job_id, "children_cancelled": [c.id for c in children]})
         return
@@ -1238,10 +1239,9 @@ def _is_loopback(host: str) -> bool:
 
 def _cli_actor() -> str:
     """Who the audit log names for a command: the local user."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except Exception:  # no user name in some containers
-        return "cli"
+    from tether.audit import local_actor
+
+    return local_actor("cli")
 
 
 @cli.command()
@@ -1252,6 +1252,22 @@ def serve(
     database: DatabaseOpt = None,
     app_ref: AppOpt = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    docs: Annotated[
+        bool,
+        typer.Option(
+            "--docs",
+            help="Serve the interactive API docs at /docs and /redoc (they load scripts "
+            "from a CDN); /openapi.json is always served.",
+        ),
+    ] = False,
+    hide_totals: Annotated[
+        bool,
+        typer.Option(
+            "--hide-totals-from-members",
+            help="Refuse members /api/stats, /api/queues and /api/keys (counts and names "
+            "of every principal's jobs).",
+        ),
+    ] = False,
 ) -> None:
     """Run the REST API, the dashboard (at /), live events, /metrics and /health under
     uvicorn.
@@ -1293,9 +1309,11 @@ def serve(
     import uvicorn  # imported late: a refusal above should be quick
 
     from tether.web import ApiSettings, create_app
+    from tether.web.app import server_config
 
-    api = create_app(app, ApiSettings(allow_anonymous=loopback))
-    uvicorn.run(api, host=host, port=port, log_level=level, server_header=False)
+    settings = ApiSettings(allow_anonymous=loopback, docs=docs, members_see_totals=not hide_totals)
+    api = create_app(app, settings)
+    uvicorn.Server(server_config(api, host, port, settings, log_level=level)).run()
 
 
 token_cli = typer.Typer(help="API tokens: create, list and revoke.", no_args_is_help=True)

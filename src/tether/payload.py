@@ -13,7 +13,10 @@ _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 def encode(value: Any) -> str:
     """``value`` as compact JSON; raises ``ValueError`` if it is not JSON (NaN and
-    infinities included) or holds a NUL character, which PostgreSQL cannot store."""
+    infinities included), nests deeper than :data:`MAX_DEPTH`, or holds a NUL character,
+    which PostgreSQL cannot store."""
+    if depth_over(value):
+        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels of lists and objects")
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -26,3 +29,55 @@ def encode(value: Any) -> str:
 def printable(text: str) -> str:
     """``text`` with NUL characters shown as ``\\x00``, so the database can keep it."""
     return text.replace("\x00", "\\x00")
+
+
+MAX_DEPTH = 64
+"""The deepest nesting of lists and objects a payload may have (args, checkpoints,
+results). Deeper JSON could be stored but not read back by every client."""
+
+
+def depth_over(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep (a scalar
+    is 0 levels, ``{}`` or ``[]`` one). Iterative, so no depth can overflow the stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if level + 1 > limit:
+            return True
+        stack.extend((child, level + 1) for child in children)
+    return False
+
+
+def readable(value: Any) -> Any:
+    """``value``, or a note in its place if it nests deeper than :data:`MAX_DEPTH` (stored
+    before the limit existed): one such row must not break a listing."""
+    if depth_over(value):
+        return {"unreadable": f"nested deeper than {MAX_DEPTH} levels; not shown"}
+    return value
+
+
+KEY_SCOPE = "\x1f"
+"""Between an owner and an idempotency key in the stored key (no name holds it)."""
+
+
+def scoped_key(owner: str | None, key: str | None) -> str | None:
+    """The idempotency key as stored: scoped by the job's owner, so one principal's key
+    never meets (or reveals) another's. Ownerless jobs keep the key as given."""
+    if key is None:
+        return None
+    if KEY_SCOPE in key:
+        raise ValueError("an idempotency key must not hold the \\x1f character")
+    return key if owner is None else f"{owner}{KEY_SCOPE}{key}"
+
+
+def unscoped_key(stored: str | None) -> str | None:
+    """The idempotency key as its owner gave it."""
+    if stored is None or KEY_SCOPE not in stored:
+        return stored
+    return stored.split(KEY_SCOPE, 1)[1]

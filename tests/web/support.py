@@ -99,10 +99,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(asgi: Any) -> Iterator[str]:
-    """Run ``asgi`` under uvicorn in a thread (its own event loop); yields the base URL."""
-    port = free_port()
-    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+def live_server(asgi: Any, config: uvicorn.Config | None = None) -> Iterator[str]:
+    """Run ``asgi`` under uvicorn in a thread (its own event loop); yields the base URL.
+    ``config`` replaces the default configuration (its port must be free)."""
+    port = config.port if config is not None else free_port()
+    config = config or uvicorn.Config(
+        asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+    )
     # Off the main thread, uvicorn leaves signal handling to pytest.
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="tether-test-server", daemon=True)

@@ -163,7 +163,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         try:
             return {
                 name: (await Tokens(app).create(name, role))[0]
-                for name, role in (("root", "admin"), ("eve", "viewer"))
+                for name, role in (("root", "admin"), ("eve", "viewer"), ("alice", "member"))
             }
         finally:
             await app.close()
@@ -452,7 +452,10 @@ def test_a_post_without_csrf_token_is_refused(stack: Stack) -> None:
         page = http.get(f"/jobs/{job_id}")
         token = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert token is not None
-        res = http.post(f"/jobs/{job_id}/cancel", data={"csrf": token.group(1)})
+        res = http.post(
+            f"/jobs/{job_id}/cancel",
+            data={"csrf": token.group(1), "target": f"/jobs/{job_id}/cancel"},
+        )
         assert res.status_code == 303
     assert stack.job(job_id)["state"] == "cancelled"
 
@@ -467,7 +470,10 @@ def test_a_live_refresh_between_action_and_redirect_keeps_the_message(stack: Sta
         page = http.get(f"/jobs/{job_id}")
         token = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert token is not None
-        res = http.post(f"/jobs/{job_id}/pause", data={"csrf": token.group(1)})
+        res = http.post(
+            f"/jobs/{job_id}/pause",
+            data={"csrf": token.group(1), "target": f"/jobs/{job_id}/pause"},
+        )
         assert res.status_code == 303
         # The old page's live region refreshes before the browser follows the redirect.
         live = http.get(f"/jobs/{job_id}?fragment=1")
@@ -494,7 +500,64 @@ def test_bulk_cancel_asks_first_and_is_capped(page: Page, stack: Stack) -> None:
     too_many = "&".join(f"ids={i}" for i in range(1, 60))
     res = page.request.post(
         "/jobs/bulk-cancel",
-        data=f"csrf={csrf}&confirm=yes&{too_many}",
+        data=f"csrf={csrf}&target=/jobs/bulk-cancel&confirm=yes&{too_many}",
         headers={"Content-Type": "application/x-www-form-urlencoded"},
     )
     assert res.ok and "at most 50 jobs" in res.text()
+
+
+def _store_with_queue(stack: Stack, queue: str, owner: str) -> int:
+    """A job in ``queue``, written to the store directly: a name from before the safe
+    alphabet (the App refuses it now)."""
+
+    async def write() -> int:
+        import dataclasses
+
+        from tether.task import EnqueueOptions
+
+        app = App(stack.url)
+        app.task(name="step")(lambda ctx: None)
+        try:
+            new = app.new_job("step", {}, EnqueueOptions(owner=owner, delay=3600))
+            (job,) = await (await app.store()).enqueue([dataclasses.replace(new, queue=queue)])
+            return job.id
+        finally:
+            await app.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, write()).result()
+
+
+def test_a_queue_name_cannot_turn_the_pause_button_into_another_action(
+    page: Page, stack: Stack
+) -> None:
+    victim = stack.enqueue("step", {"steps": 5}, delay=3600)
+    _store_with_queue(stack, f"../jobs/{victim}", "alice")
+    login(page, stack)
+    page.goto("/queues")
+    row = page.locator("tr", has_text=f"../jobs/{victim}")
+    action = row.locator("form").get_attribute("action")
+    row.locator("button[type=submit]").click()
+    page.wait_for_load_state()
+    assert stack.job(victim)["state"] == "queued"  # not paused by the admin's click
+    assert stack.job(victim)["pause_request"] is None
+    assert action == f"/queues/..%2Fjobs%2F{victim}/pause"  # one encoded path segment
+
+
+def test_a_missing_or_hidden_job_page_is_the_same_404_page(page: Page, stack: Stack) -> None:
+    roots = stack.enqueue("step", {"steps": 5}, delay=3600)
+    login(page, stack, "alice")
+    shown = {}
+    for job_id in (roots, 10**12, "²"):
+        res = page.goto(f"/jobs/{job_id}")
+        assert res is not None and res.status == 404, job_id
+        expect(page.locator("nav a.active")).to_have_text("Jobs")
+        expect(page.locator("main")).to_contain_text(f"job {job_id} does not exist")
+        shown[job_id] = page.content().replace(f"job {job_id} does", "job N does")
+    assert shown[roots] == shown[10**12] == shown["²"]
+    # Look-alike digits elsewhere are no numbers either: no 500.
+    csrf = page.locator("header input[name=csrf]").get_attribute("value")
+    res = page.request.post(
+        "/jobs/bulk-cancel", form={"csrf": csrf, "target": "/jobs/bulk-cancel", "ids": "²"}
+    )
+    assert res.ok and "select at least one job" in res.text()

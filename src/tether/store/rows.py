@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from tether import payload
 from tether.job import ArtifactInfo, CancellationRow, Job, JobEvent, LimitInfo, WorkerInfo
 from tether.states import JobState
 
@@ -95,7 +96,7 @@ class RowReader:
             result=j(row["result"]),
             error=row["error"],
             owner=row["owner"],
-            idempotency_key=row["idempotency_key"],
+            idempotency_key=payload.unscoped_key(row["idempotency_key"]),
             pause_requested_at=t(row["pause_requested_at"]),
             pause_reason=row["pause_reason"],
             budget=row["budget"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -50,6 +51,10 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # The interactive docs load scripts from a CDN, which the dashboard's CSP would
+        # forbid: they are off unless asked for (settings.docs, `tether serve --docs`).
+        docs_url="/docs" if settings.docs else None,
+        redoc_url="/redoc" if settings.docs else None,
         openapi_tags=[
             {"name": "jobs", "description": "Enqueue, read and steer jobs."},
             {"name": "cancellations", "description": "Cancellation records."},
@@ -70,3 +75,20 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
     dashboard.install(api)
     api.add_middleware(Guard, max_body_bytes=settings.max_body_bytes)
     return api
+
+
+def server_config(api: Any, host: str, port: int, settings: ApiSettings, **kwargs: Any) -> Any:
+    """The uvicorn configuration ``tether serve`` runs ``api`` with: request headers up to
+    ``settings.max_header_bytes`` (larger get the HTTP server's plain 400). The h11
+    protocol always, so that limit holds whichever HTTP parsers are installed."""
+    import uvicorn
+
+    return uvicorn.Config(
+        api,
+        host=host,
+        port=port,
+        server_header=False,
+        http="h11",
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        **kwargs,
+    )

@@ -7,6 +7,9 @@ the REST API.
   token ends its sessions at once.
 - **CSRF.** Each session has a random CSRF token, rendered into every form; a POST
   without the matching token is refused (403) before anything else happens.
+- **Targets.** Every URL is built from path segments encoded one by one, and every form
+  names the path it posts to: a POST that arrives anywhere else (a browser rewrote the
+  URL) is refused, so no name can turn one button into another.
 - **CSP.** Every page is sent with a Content-Security-Policy that allows only 'self'
   (no inline script or style), and all job data is escaped by Jinja2's autoescape.
 - **Actions** call the API's route functions with a :class:`Caller` made by
@@ -25,21 +28,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path as FilePath
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from tether import names, strictint
 from tether.auth import Principal, Role
 from tether.errors import JobNotFoundError, TetherError
 from tether.job import Job
 from tether.states import JobState
 from tether.web.errors import ApiError, classify
-from tether.web.models import MAX_ID, CancelIn, PauseIn, QueuePauseIn
+from tether.web.models import MAX_ID, CancelIn, PauseIn, QueuePauseIn, Stats
 from tether.web.routes import control, jobs, schedules, stream
-from tether.web.security import ADMINS, ALL_ROLES, WRITERS, Api, Caller, authorize
+from tether.web.security import ADMINS, ALL_ROLES, WRITERS, Api, Caller, authorize, limit
 
 log = logging.getLogger("tether.web")
 HERE = FilePath(__file__).parent
@@ -151,7 +155,16 @@ class LoginRequired(Exception):
 
 
 class CsrfRefused(Exception):
-    """A POST without the session's CSRF token."""
+    """A POST without the session's CSRF token, or sent to a path its form does not name."""
+
+    def __init__(self, why: str = "this form has no valid CSRF token (reload the page)") -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _raw_path(request: Request) -> str:
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
 
 
 def _sessions(request: Request) -> Sessions:
@@ -173,25 +186,34 @@ async def visitor(request: Request) -> Visitor:
 
 
 async def writer(request: Request, v: Annotated[Visitor, Depends(visitor)]) -> Visitor:
-    """The dependency of every POST: a session and its CSRF token."""
+    """The dependency of every POST: a session, its CSRF token, and the path the form
+    names as its target."""
     form = await request.form()
     given = form.get("csrf")
+    target = form.get("target")
+    why, refusal = None, CsrfRefused()
     if not isinstance(given, str) or not secrets.compare_digest(given, v.session.csrf):
+        why = "missing or bad CSRF token"
+    elif not isinstance(target, str) or target != _raw_path(request):
+        # The form was built for another path (a name a browser resolved as "..", say).
+        why = f"the form names {str(target)[:200]!r} as its target"
+        refusal = CsrfRefused("this form was sent to another page than the one it names")
+    if why is not None:
         await v.api.record(
             v.principal.name,
             "dashboard.post",
             request.url.path,
             "denied",
             getattr(request.state, "request_id", None),
-            "missing or bad CSRF token",
+            why,
         )
-        raise CsrfRefused
+        raise refusal
     return v
 
 
 Page = Annotated[Visitor, Depends(visitor)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
-QueueName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
+QueueName = Annotated[str, Path(pattern=names.NAME_PATTERN)]
 Post = Annotated[Visitor, Depends(writer)]
 router = APIRouter(include_in_schema=False)
 
@@ -237,6 +259,9 @@ def _pretty(value: Any) -> str:
 templates.filters["age"] = _age
 templates.filters["when"] = _when
 templates.filters["pretty"] = _pretty
+# One URL path segment: "/" and every other reserved character percent-encoded (Jinja's
+# urlencode leaves "/" as it is).
+templates.filters["seg"] = lambda v: quote(str(v), safe="")
 templates.filters["compact"] = lambda v: json.dumps(v, sort_keys=True, default=str)[:160]
 
 
@@ -253,9 +278,14 @@ def render(v: Visitor | None, name: str, status: int = 200, **context: Any) -> H
         csrf=v.session.csrf if v else "",
         flashes=flashes,
         bulk_max=BULK_CANCEL_MAX,
+        totals_hidden=v is not None and _totals_hidden(v),
         **context,
     )
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _totals_hidden(v: Visitor) -> bool:
+    return v.principal.owner_filter is not None and not v.api.settings.members_see_totals
 
 
 def fragment(request: Request) -> bool:
@@ -308,14 +338,24 @@ async def login(
 ) -> Response:
     api: Api = request.app.state.api
     expected = request.cookies.get(LOGIN_COOKIE, "")
+    rid = getattr(request.state, "request_id", None)
+    address = f"addr:{request.client.host if request.client else '?'}"
     if not expected or not secrets.compare_digest(csrf, expected):
+        # Audited like a failed login (and limited the same way, so it cannot flood).
+        await limit(api, address, "unauthenticated", "dashboard.login", "/login", rid)
+        await api.record(
+            "unauthenticated",
+            "dashboard.login",
+            "/login",
+            "denied",
+            rid,
+            "missing or bad CSRF token",
+        )
         raise CsrfRefused
     principal = await api.tokens.authenticate(token.strip())
-    rid = getattr(request.state, "request_id", None)
     if principal is None:
-        # Refusals are rate-limited per address, as the API's are.
-        if api.limiter.take(f"addr:{request.client.host if request.client else '?'}") is not None:
-            raise ApiError(429, "rate_limited", "too many failed logins; wait a moment")
+        # Refusals are rate-limited per address, as the API's are (and audited once a minute).
+        await limit(api, address, "unauthenticated", "dashboard.login", "/login", rid)
         await api.record(
             "unauthenticated",
             "dashboard.login",
@@ -344,6 +384,8 @@ async def login(
 @router.post("/logout")
 async def logout(request: Request, v: Post) -> Response:
     _sessions(request).drop(request.cookies.get(COOKIE))
+    rid = getattr(request.state, "request_id", None)
+    await v.api.record(v.principal.name, "dashboard.logout", "/logout", "ok", rid)
     res = redirect("/login")
     res.delete_cookie(COOKIE, path="/")
     return res
@@ -406,12 +448,17 @@ def _throughput(done: list[Job], minutes: int = 15) -> dict[str, Any]:
 @router.get("/", response_class=HTMLResponse)
 async def overview(request: Request, v: Page) -> HTMLResponse:
     caller = await v.caller("stats.read", ALL_ROLES)
-    stats = await control.stats(caller)
     owner = v.principal.owner_filter
     done = await caller.app.list(state=["succeeded", "failed"], owner=owner, limit=1000)
     recent = await caller.app.list(owner=owner, limit=500)
     workers = (await control.list_workers(await v.caller("worker.list", ALL_ROLES))).items
-    keys = (await control.list_keys(await v.caller("key.list", ALL_ROLES))).items
+    if _totals_hidden(v):
+        # Only the member's own (recent) jobs; no other principal's keys.
+        counts = {s.value: sum(1 for j in recent if j.state is s) for s in JobState}
+        stats, keys = Stats(states=counts, total=sum(counts.values())), []
+    else:
+        stats = await control.stats(caller)
+        keys = (await control.list_keys(await v.caller("key.list", ALL_ROLES))).items
     page = "overview_live.html" if fragment(request) else "overview.html"
     return render(
         v,
@@ -482,18 +529,21 @@ async def jobs_page(
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-async def job_page(request: Request, job_id: int, v: Page) -> HTMLResponse:
-    if not 1 <= job_id <= MAX_ID:
-        return render(v, "error.html", 404, message=f"job {job_id} does not exist")
+async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
+    # Missing, hidden (another principal's) and malformed ids get one and the same page.
+    number = strictint.parse(job_id, 1, MAX_ID)
     caller = await v.caller("job.read", ALL_ROLES)
     try:
-        detail = await jobs.get_job(job_id, caller)
-        job = await caller.app.get(job_id)
-        events = await caller.app.events(job_id)
-        artifacts = await caller.app.artifacts(job_id)
-        record = await caller.app.cancellation(job_id)
+        if number is None:
+            raise JobNotFoundError(0)
+        detail = await jobs.get_job(number, caller)
+        job = await caller.app.get(number)
+        events = await caller.app.events(number)
+        artifacts = await caller.app.artifacts(number)
+        status = await jobs.cancellation_status(number, caller, 0.0)
+        record = status.cancellation
     except (ApiError, JobNotFoundError):
-        return render(v, "error.html", 404, message=f"job {job_id} does not exist")
+        return _no_job(v, job_id)
     grandchildren: dict[int, list[Job]] = {}
     for child in detail.children[:50]:
         grandchildren[child.id] = [
@@ -516,10 +566,17 @@ async def job_page(request: Request, job_id: int, v: Page) -> HTMLResponse:
     )
 
 
+def _no_job(v: Visitor, job_id: str) -> HTMLResponse:
+    return render(v, "error.html", 404, nav="jobs", message=f"job {job_id[:40]} does not exist")
+
+
 @router.get("/queues", response_class=HTMLResponse)
 async def queues_page(request: Request, v: Page) -> HTMLResponse:
-    queues = (await control.list_queues(await v.caller("queue.list", ALL_ROLES))).items
-    keys = (await control.list_keys(await v.caller("key.list", ALL_ROLES))).items
+    hidden = _totals_hidden(v)
+    queues = (
+        [] if hidden else (await control.list_queues(await v.caller("queue.list", ALL_ROLES))).items
+    )
+    keys = [] if hidden else (await control.list_keys(await v.caller("key.list", ALL_ROLES))).items
     caller = await v.caller("job.list", ALL_ROLES)
     holders: dict[str, list[Job]] = {}
     for k in keys:
@@ -603,11 +660,10 @@ async def ui_events(request: Request, v: Page) -> Response:
     """The API's event stream for a logged-in browser (an EventSource cannot send a
     bearer token): same filters for members, same code."""
     caller = await v.caller("events.read", ALL_ROLES)
-    job = request.query_params.get("job")
     return await stream.events(
         request,
         caller,
-        job=int(job) if job and job.isdigit() and 1 <= int(job) <= MAX_ID else None,
+        job=strictint.parse(request.query_params.get("job"), 1, MAX_ID),
         since=None,
         timeout=600.0,
         queue=None,
@@ -705,8 +761,8 @@ async def bulk_cancel(request: Request, v: Post) -> Response:
     cancels each job through the API's cancel, at most ``BULK_CANCEL_MAX``."""
     caller = await v.caller("job.cancel", WRITERS)
     form = await request.form()
-    ids = sorted({int(x) for x in form.getlist("ids") if isinstance(x, str) and x.isdigit()})
-    ids = [i for i in ids if 1 <= i <= MAX_ID]
+    parsed = (strictint.parse(x, 1, MAX_ID) for x in form.getlist("ids") if isinstance(x, str))
+    ids = sorted({i for i in parsed if i is not None})
     if not ids:
         v.flash("error", "select at least one job")
         return redirect("/jobs")
@@ -774,6 +830,7 @@ def install(api: Any) -> None:
         return redirect("/login")
 
     async def csrf_refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, CsrfRefused)
         return HTMLResponse(
             templates.get_template("error.html").render(
                 v=None,
@@ -782,7 +839,7 @@ def install(api: Any) -> None:
                 flashes=[],
                 bulk_max=BULK_CANCEL_MAX,
                 nav="",
-                message="refused: this form has no valid CSRF token (reload the page)",
+                message=f"refused: {exc.why}",
             ),
             status_code=403,
             headers=SECURITY_HEADERS,

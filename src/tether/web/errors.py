@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from tether.errors import (
     ConfigError,
@@ -44,6 +45,7 @@ TETHER_ERRORS: tuple[tuple[type[TetherError], int, str], ...] = (
     (WaitTimeoutError, 408, "wait_timeout"),
     (StoreError, 503, "store_unavailable"),
 )
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -136,11 +138,26 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request_id_of(request), 422, "invalid_request", message)
 
 
+def allowed_methods(request: Request) -> set[str]:
+    """Every method some route answers at this request's path. (The framework names
+    only the methods of the first route whose path matches.)"""
+    routes = request.app.router.routes
+    allowed = set()
+    for method in METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in routes):
+            allowed.add(method)
+    return allowed
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = HTTP_CODES.get(exc.status_code, "error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-    return error_response(request_id_of(request), exc.status_code, code, message, exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(sorted(allowed_methods(request))) or headers.get("Allow", "")
+    return error_response(request_id_of(request), exc.status_code, code, message, headers)
 
 
 def install(app: FastAPI) -> None:

@@ -1,5 +1,10 @@
-"""The outermost layer of every request: its id, the body size limit, the last-resort
-error answer, and the request counter.
+"""The outermost layer of every request: its id, the body size limit, the refusal of
+cross-site mutations, the last-resort error answer, and the request counter.
+
+A browser says where a request comes from (``Sec-Fetch-Site``, ``Origin``). A mutation
+(any method but GET, HEAD and OPTIONS) that another site sent is refused with 403 before
+anything runs: a page on another port of the same machine must not steer a tokenless
+loopback server. Clients that are not browsers send neither header and are not affected.
 
 A pure ASGI middleware, so it sees a streamed body chunk by chunk (a missing or lying
 ``Content-Length`` does not get past the limit) and catches whatever the app raises
@@ -18,10 +23,26 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tether import metrics
+from tether import metrics, strictint
 
 log = logging.getLogger("tether.web")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SAME_SITE = frozenset({"same-origin", "none"})  # "none": typed in, or a bookmark
+
+
+def cross_site(method: str, headers: Headers) -> bool:
+    """Whether a browser sent this mutation from another origin."""
+    if method in SAFE_METHODS:
+        return False
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site not in SAME_SITE
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    host = headers.get("host", "")
+    return origin.split("://", 1)[-1].rstrip("/") != host
 
 
 class BodyTooLarge(HTTPException):
@@ -59,8 +80,11 @@ class Guard:
             await send(message)
 
         try:
+            if cross_site(scope.get("method", ""), headers):
+                await self._answer(send_with_id, request_id, 403, "cross_site")
+                return
             length = headers.get("content-length")
-            if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            if length is not None and strictint.parse(length, 0, self.max_body_bytes) is None:
                 await self._answer(send_with_id, request_id, 413, "payload_too_large")
                 return
             received = [0]
@@ -90,8 +114,13 @@ class Guard:
         messages = {
             "payload_too_large": f"the request body exceeds {self.max_body_bytes} bytes",
             "internal_error": "internal error",
+            "cross_site": "refused: a browser sent this change from another site",
         }
-        body: dict[str, Any] = {"code": code, "message": messages[code], "request_id": request_id}
+        body: dict[str, Any] = {
+            "code": "forbidden" if code == "cross_site" else code,
+            "message": messages[code],
+            "request_id": request_id,
+        }
         payload = json.dumps(body).encode()
         await send(
             {

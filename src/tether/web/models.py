@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from tether import names, payload
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
 from tether.job import AuditEntry, Job, JobEvent, LimitInfo, QueueInfo, WorkerInfo
 from tether.states import JobState
@@ -18,13 +19,17 @@ MAX_INT = 2**31 - 1  # PostgreSQL's integer
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 ]
+# Queues, keys, resources and tasks: the safe alphabet (see tether.names), so a name is
+# always one URL path segment.
+SafeName = Annotated[str, StringConstraints(pattern=names.NAME_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
 JobId = Annotated[int, Field(ge=1, le=MAX_ID)]
 
 
 class _In(BaseModel):
-    # Unknown fields are mistakes worth reporting; NaN and infinity are not JSON.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # Unknown fields are mistakes worth reporting; NaN and infinity are not JSON. Strict:
+    # no coercion, so `force: 0.0` or `"1"` is an error rather than a guess.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 # -- errors ------------------------------------------------------------------------------
@@ -44,11 +49,11 @@ class ErrorBody(BaseModel):
 class EnqueueIn(_In):
     """A job to enqueue. A known ``idempotency_key`` returns the job made with it."""
 
-    task: Name
+    task: SafeName
     args: dict[str, Any] = Field(default_factory=dict)
-    queue: Name | None = None
+    queue: SafeName | None = None
     priority: int | None = Field(default=None, ge=-MAX_INT, le=MAX_INT)
-    key: Name | None = Field(default=None, description="Concurrency key.")
+    key: SafeName | None = Field(default=None, description="Concurrency key.")
     delay: float = Field(default=0.0, ge=0, le=366 * 86400, description="Seconds.")
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
     timeout: float | None = Field(default=None, gt=0, le=366 * 86400)
@@ -145,7 +150,7 @@ class JobOut(BaseModel):
         return cls(
             id=job.id,
             task=job.task,
-            args=job.args,
+            args=payload.readable(job.args),
             queue=job.queue,
             priority=job.priority,
             key=job.key,
@@ -167,8 +172,8 @@ class JobOut(BaseModel):
             cancel_request=cancel,
             pause_request=pause,
             progress=Progress(current=job.progress_current, total=job.progress_total),
-            checkpoint=job.checkpoint,
-            result=job.result,
+            checkpoint=payload.readable(job.checkpoint),
+            result=payload.readable(job.result),
             error=job.error,
             owner=job.owner,
             idempotency_key=job.idempotency_key,
@@ -322,6 +327,9 @@ class CancellationOut(BaseModel):
     duration_seconds: float
     steps: list[Step]
     job: JobOut
+    hidden_jobs: int = Field(
+        default=0, description="Jobs of other principals the cascade reached (not listed)."
+    )
 
     @classmethod
     def of(cls, res: CancellationResult) -> CancellationOut:
@@ -363,6 +371,9 @@ class CancellationRecordOut(BaseModel):
     result: dict[str, Any] | None
     error: str | None
     completed_at: datetime | None
+    hidden_jobs: int = Field(
+        default=0, description="Jobs of other principals the cascade reached (not listed)."
+    )
 
     @classmethod
     def of(cls, rec: CancellationRecord) -> CancellationRecordOut:

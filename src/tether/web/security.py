@@ -5,7 +5,8 @@ The dependency runs before the route's parameters are validated, so an unauthent
 request gets 401 whatever else is wrong with it.
 
 Members see only the jobs they own. Another principal's job answers exactly like a job
-that does not exist (404, same message), and the attempt is audited as ``denied``.
+that does not exist: the same 404, and the same work (both attempts are audited as
+``denied``), so neither the answer nor its timing tells them apart.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -21,7 +23,7 @@ from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tether.app import App
-from tether.audit import Audit
+from tether.audit import Audit, by_caller
 from tether.auth import ANONYMOUS, Principal, Role, Tokens
 from tether.errors import JobNotFoundError, TetherError
 from tether.job import Job
@@ -52,6 +54,8 @@ class Api:
     audit: Audit
     limiter: RateLimiter
     warned_open: bool = field(default=False)
+    # The minute each rate-limited client was last audited (one row per client and minute).
+    refused: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, app: App, settings: ApiSettings) -> Api:
@@ -105,13 +109,17 @@ class Caller:
         )
 
     async def job(self, job_id: int) -> Job:
-        """The job, if this caller may see it; else the same 404 as a missing job."""
+        """The job, if this caller may see it; else the same 404 as a missing job.
+
+        For a member, a missing job and another principal's are refused alike: the same
+        answer, and the same audit row, so the time taken does not tell them apart."""
         try:
-            job = await self.app.get(job_id)
+            job: Job | None = await self.app.get(job_id)
         except JobNotFoundError:
-            raise ApiError(404, "not_found", f"job {job_id} does not exist") from None
-        if not self.principal.sees(job):
-            raise ApiError(404, "not_found", f"job {job_id} does not exist", denied=True)
+            job = None
+        if job is None or not self.principal.sees(job):
+            denied = job is not None or self.principal.owner_filter is not None
+            raise ApiError(404, "not_found", f"job {job_id} does not exist", denied=denied)
         return job
 
     @contextlib.asynccontextmanager
@@ -120,7 +128,8 @@ class Caller:
         read only when it was denied. The block may name a better target (the new job)."""
         att = Attempt(target)
         try:
-            yield att
+            with by_caller():  # this attempt's audit row is written here, not by the App
+                yield att
         except (ApiError, TetherError) as exc:
             if isinstance(exc, ApiError) and exc.denied:
                 await self.record(att.target, "denied", exc.code)
@@ -157,7 +166,8 @@ def require(action: str, roles: tuple[Role, ...]) -> Callable[..., Awaitable[Cal
         if principal is None:
             # Limit refusals per client address before auditing them, so a flood of bad
             # tokens cannot flood the audit log.
-            _limit(api, f"addr:{request.client.host if request.client else '?'}")
+            address = f"addr:{request.client.host if request.client else '?'}"
+            await limit(api, address, "unauthenticated", action, request.url.path, request_id)
             given = credentials is not None or bool(request.headers.get("authorization"))
             why = "invalid or revoked token" if given else "missing token"
             await api.record("unauthenticated", action, request.url.path, "denied", request_id,
@@ -184,7 +194,7 @@ async def authorize(
     """Rate-limit and authorize an authenticated ``principal`` for ``action``: the
     :class:`Caller` for it, or a 403 (audited as ``denied``). The API's bearer tokens and
     the dashboard's sessions both come through here."""
-    _limit(api, f"token:{principal.name}")
+    await limit(api, f"token:{principal.name}", principal.name, action, path, request_id)
     caller = Caller(api, principal, action, request_id)
     if principal.role not in roles:
         await caller.record(path, "denied", f"role {principal.role}")
@@ -210,9 +220,20 @@ async def _authenticate(
     return ANONYMOUS
 
 
-def _limit(api: Api, key: str) -> None:
+async def limit(
+    api: Api, key: str, actor: str, action: str, path: str, request_id: str | None
+) -> None:
+    """Take a token from ``key``'s bucket, or refuse with 429. Refusals are audited once
+    per client and minute (the row says so), so a flood cannot flood the log."""
     wait = api.limiter.take(key)
     if wait is not None:
+        minute = int(time.time() // 60)
+        if api.refused.get(key) != minute:
+            if len(api.refused) > 10_000:
+                api.refused.clear()
+            api.refused[key] = minute
+            await api.record(actor, action, path, "rate_limited", request_id,
+                             f"{key}: later refusals this minute are not recorded")  # fmt: skip
         raise ApiError(
             429,
             "rate_limited",

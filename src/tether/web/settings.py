@@ -30,6 +30,15 @@ class ApiSettings:
     # A comment line on idle event streams, so proxies keep them open.
     sse_keepalive: float = 15.0
     allow_anonymous: bool = False
+    # /api/stats, /api/queues and /api/keys count every principal's jobs and name every
+    # queue and key. Off: members get 403 there (admins and viewers see all anyway).
+    members_see_totals: bool = True
+    # /docs and /redoc load their scripts from a CDN; off by default (the OpenAPI schema
+    # is always at /openapi.json). `tether serve --docs` turns them on.
+    docs: bool = False
+    # The most bytes of request headers the server reads; longer gets a plain 400 from the
+    # HTTP server. An Authorization header over MAX_AUTH_HEADER gets the API's JSON 401.
+    max_header_bytes: int = 64 * 1024
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "rate_per_second", "rate_burst", "min_poll_interval"):

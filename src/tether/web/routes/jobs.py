@@ -31,6 +31,7 @@ from tether.web.models import (
     PauseIn,
     ResumeIn,
 )
+from tether.web.redact import for_member
 from tether.web.routes import ERRORS
 from tether.web.security import ALL_ROLES, WRITERS, Caller, require
 from tether.web.settings import MAX_PAGE_SIZE
@@ -43,6 +44,18 @@ NameQuery = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NA
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size (at most 1000).")]
 Offset = Annotated[int, Query(ge=0, le=10**9)]
 MAX_LISTED = 1000  # children and dependency ids shown with a job
+# What of a cancellation may name other principals' jobs (redacted for members).
+CANCEL_FIELDS = (
+    "tasks_cancelled",
+    "tasks_completed",
+    "tasks_failed",
+    "runners_terminated",
+    "artifacts_preserved",
+    "dependents_blocked",
+    "errors",
+    "steps",
+)
+RECORD_FIELDS = ("steps", "result", "error")
 
 Reader = Annotated[Caller, Depends(require("job.read", ALL_ROLES))]
 
@@ -69,8 +82,9 @@ async def _visible_ids(caller: Caller, ids: list[int]) -> list[int]:
     status_code=201,
     response_model=JobOut,
     summary="Enqueue a job",
-    description="The caller owns the new job. A known `idempotency_key` returns the job "
-    "made with it (which must be the caller's).",
+    description="The caller owns the new job. Idempotency keys are the caller's own: a "
+    "known `idempotency_key` returns the job the caller made with it; another principal's "
+    "use of the same key is neither seen nor touched.",
 )
 async def enqueue(
     body: EnqueueIn,
@@ -102,10 +116,6 @@ async def enqueue(
         )
         job = await caller.app.enqueue(body.task, body.args, opts)
         att.target = _target(job.id)
-        if not caller.principal.sees(job):
-            raise ApiError(
-                409, "idempotency_conflict", "this idempotency key is already in use", denied=True
-            )
     return JobOut.of(job)
 
 
@@ -196,7 +206,7 @@ async def cancel_job(
             # Scoped to the principal: one client's ids can never meet another's.
             request_id=f"{caller.principal.name}:{body.request_id}" if body.request_id else None,
         )
-    return CancellationOut.of(result)
+    return await for_member(caller, CancellationOut.of(result), CANCEL_FIELDS)
 
 
 @router.get(
@@ -229,7 +239,7 @@ async def cancellation_status(
         errors = list((record.result or {}).get("errors", [])) or (
             [record.error] if record.error else []
         )
-    return CancellationStatus(
+    status = CancellationStatus(
         job_id=job.id,
         state=job.state,
         display_state=job.display_state,
@@ -237,8 +247,13 @@ async def cancellation_status(
         stopped=job.state is not JobState.RUNNING,
         success=(record.status == "completed") if record is not None and record.settled else None,
         errors=errors,
-        cancellation=CancellationRecordOut.of(record) if record is not None else None,
+        cancellation=(
+            await for_member(caller, CancellationRecordOut.of(record), RECORD_FIELDS)
+            if record is not None
+            else None
+        ),
     )
+    return await for_member(caller, status, ("errors",))
 
 
 def _done(settled: bool, job: Job) -> bool:
