@@ -81,6 +81,15 @@ def _name(task: str | Task) -> str:
     return task.name if isinstance(task, Task) else task
 
 
+def _connection(args: dict[str, Any]) -> object | None:
+    """The caller's connection among an enqueue's arguments, if it gave one."""
+    opts = args.get("opts")
+    if isinstance(opts, EnqueueOptions):
+        return opts.connection
+    given: object | None = args.get("connection") or args.get("options", {}).get("connection")
+    return given
+
+
 def _span(jobs: Sequence[Job]) -> str:
     ids = [j.id for j in jobs]
     return f"jobs:{min(ids)}..{max(ids)} ({len(ids)})" if ids else "jobs: none"
@@ -335,7 +344,12 @@ class App:
             unique_for=opts.unique_for,
         )
 
-    @audited("job.enqueue", lambda a: f"task:{_name(a['task'])}", done=lambda j: f"job:{j.id}")
+    @audited(
+        "job.enqueue",
+        lambda a: f"task:{_name(a['task'])}",
+        done=lambda j: f"job:{j.id}",
+        connection=_connection,
+    )
     async def enqueue(
         self,
         task: str | Task,
@@ -355,7 +369,7 @@ class App:
         (job,) = await self._insert([new], opts.connection)
         return job
 
-    @audited("job.enqueue", lambda a: "jobs", done=lambda jobs: _span(jobs))
+    @audited("job.enqueue", lambda a: "jobs", done=lambda jobs: _span(jobs), connection=_connection)
     async def enqueue_many(
         self, jobs: Iterable[tuple[str | Task, dict[str, JSON]]], **options: Any
     ) -> list[Job]:
@@ -364,7 +378,12 @@ class App:
         new = [self.new_job(t.name if isinstance(t, Task) else t, args, opts) for t, args in jobs]
         return await self._insert(new, opts.connection)
 
-    @audited("workflow.enqueue", lambda a: "jobs", done=lambda made: _span(list(made.values())))
+    @audited(
+        "workflow.enqueue",
+        lambda a: "jobs",
+        done=lambda made: _span(list(made.values())),
+        connection=_connection,
+    )
     async def enqueue_workflow(
         self, workflow: Workflow, *, connection: object | None = None
     ) -> dict[str, Job]:

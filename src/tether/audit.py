@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from tether.job import AuditEntry
+from tether.store import caller_store
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -58,8 +59,9 @@ def local_actor(prefix: str) -> str:
 class Audit:
     """Writes and reads the audit log of an :class:`~tether.App`'s database."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, connection: object | None = None) -> None:
         self.app = app
+        self.connection = connection
 
     async def record(
         self,
@@ -72,7 +74,12 @@ class Audit:
         detail: str | None = None,
     ) -> AuditEntry:
         """Append one row. ``result`` is ``ok``, ``denied`` or an error code."""
-        entry = await (await self.app.store()).append_audit(
+        store = (
+            caller_store(self.app.url, self.connection)
+            if self.connection is not None
+            else await self.app.store()
+        )
+        entry = await store.append_audit(
             actor[:MAX_FIELD],
             action[:MAX_FIELD],
             target[:MAX_FIELD] if target is not None else None,
@@ -93,11 +100,14 @@ def audited(
     target: Callable[[dict[str, Any]], str],
     *,
     done: Callable[[Any], str] | None = None,
+    connection: Callable[[dict[str, Any]], object | None] | None = None,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
     """Audit an :class:`~tether.App` method: one row as the call's ``actor`` argument (or
     the App's ``actor``), ``ok`` or ``failed`` with the error, and its ``reason`` as the
     detail. ``target`` names what the arguments point at; ``done`` may name it better
-    from the result (the new job). No row inside :func:`by_caller`."""
+    from the result (the new job). ``connection`` finds the caller's connection in the
+    arguments, if any: the row then joins the caller's transaction, so it commits or
+    rolls back with the change it records. No row inside :func:`by_caller`."""
 
     def wrap(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         signature = inspect.signature(method)
@@ -112,14 +122,15 @@ def audited(
             app: App = params["self"]
             actor = params.get("actor") or app.actor
             reason = params.get("reason")
+            conn = connection(params) if connection is not None else None
             try:
                 result = await method(*args, **kwargs)
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
-                await _write(app, actor, action, target(params), "failed", why)
+                await _write(app, conn, actor, action, target(params), "failed", why)
                 raise
             named = done(result) if done is not None else target(params)
-            await _write(app, actor, action, named, "ok", reason)
+            await _write(app, conn, actor, action, named, "ok", reason)
             return result
 
         return run
@@ -128,10 +139,16 @@ def audited(
 
 
 async def _write(
-    app: App, actor: str, action: str, target: str, result: str, detail: str | None
+    app: App,
+    connection: object | None,
+    actor: str,
+    action: str,
+    target: str,
+    result: str,
+    detail: str | None,
 ) -> None:
     # The change stands whether or not its row is written: log a failure, never raise.
     try:
-        await Audit(app).record(actor, action, target, result, detail=detail)
+        await Audit(app, connection).record(actor, action, target, result, detail=detail)
     except Exception as exc:
         log.error("audit row not written (%s %s %s): %s", action, target, result, exc)

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from tether import App, AppConfig, InvalidJobError, JobNotFoundError, Workflow
+from tether.audit import Audit
 from tether.store import parse_sqlite_path
 
 from .support import Db
@@ -207,3 +208,16 @@ def test_a_connection_to_another_database_is_refused(
     with pytest.raises(InvalidJobError, match="psycopg 3 connection or a sqlite3"):
         ship.options(connection=object()).enqueue_sync(order=1)
     conn.close()
+
+
+
+async def test_the_audit_row_of_an_enqueue_commits_or_rolls_back_with_the_caller(
+    app: App, caller: Caller
+) -> None:
+    ship = _ship_task(app, [])
+    await ship.options(connection=caller).enqueue(order=1)
+    await _end(caller, commit=False)
+    kept = await ship.options(connection=caller).enqueue(order=2)
+    await _end(caller, commit=True)
+    rows = [r for r in await Audit(app).list() if r.action == "job.enqueue"]
+    assert [(r.target, r.result) for r in rows] == [(f"job:{kept.id}", "ok")]
