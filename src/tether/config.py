@@ -2,8 +2,9 @@
 
 Default timing: a heartbeat every 2 s extends a 10 s lease, and the rescuer looks for
 expired leases every second, so a worker that vanishes without trace has its jobs
-running again within about 11 s. A worker whose process is gone on the same host, or
-whose PostgreSQL session is gone, is noticed faster than that (see ``WorkerConfig``).
+running again within about 11 s. A worker whose process is gone in the same PID
+namespace of the same machine, or whose PostgreSQL session is gone, is noticed faster
+than that (see ``WorkerConfig``).
 """
 
 from __future__ import annotations

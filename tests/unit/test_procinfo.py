@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import subprocess
 import sys
+
+import pytest
 
 from tether.procinfo import PidSpace, WorkerProcess, pid_space, process_gone, start_time
 
@@ -74,3 +77,28 @@ def test_a_missing_machine_id_matches_only_a_missing_machine_id() -> None:
     no_machine = dataclasses.replace(HERE, machine_id=None)
     assert process_gone(WorkerProcess(gone, None, no_machine), no_machine)
     assert not process_gone(WorkerProcess(gone, None, no_machine), HERE)
+
+
+def _space_in(*unshare: str) -> str:
+    """``repr(pid_space())`` as a process started under ``unshare`` sees it."""
+    code = "from tether.procinfo import pid_space; print(repr(pid_space()))"
+    done = subprocess.run(
+        [*unshare, sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0 and "unshare" in done.stderr:
+        pytest.skip(f"cannot unshare here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_process_in_its_own_pid_namespace_has_another_space() -> None:
+    there = _space_in("unshare", "--pid", "--fork", "--mount-proc")
+    here = pid_space()
+    assert f"boot_id={here.boot_id!r}" in there and f"machine_id={here.machine_id!r}" in there
+    assert "pid_ns=None" not in there and f"pid_ns={here.pid_ns!r}" not in there
+
+
+def test_a_proc_of_another_pid_namespace_makes_the_space_unknown() -> None:
+    # Without --mount-proc, /proc lists the parent namespace's processes under our pids.
+    there = _space_in("unshare", "--pid", "--fork")
+    assert "pid_ns=None" in there
