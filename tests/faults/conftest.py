@@ -103,8 +103,10 @@ Figures:
 - `reruns`: executions beyond the first, over all jobs (crashes cost re-runs, never
   a second completion).
 - `overlaps`: pairs of attempts of one job that ran at the same time; `live_rescues`:
-  jobs the rescuer took from a live worker (its attempt still running, or its process
-  alive but judged dead). Both must be 0 (invariant 7).
+  jobs the rescuer took from a worker while their attempt still ran there. Both must
+  be 0 (invariant 7); an attempt runs from its start until it ends, its process is
+  killed, or its process is frozen (a frozen attempt is a zombie, which the fence
+  answers).
 - multihost: workers share one host name in three PID namespaces; `kill_rescue_*`
   and `freeze_rescue_*` are from the SIGKILL (SIGSTOP) until the rescuer freed each
   job the victim held; `rescued_worker_dead` counts rescues after a pid check (same

@@ -43,7 +43,7 @@ BASE_CONFIG: dict[str, Any] = {
     "lease_duration": 3.0,
     "self_fence_margin": 0.75,
     "rescue_interval": 0.25,
-    "dead_session_grace": 1.0,
+    "dead_session_grace": 2.5,
     "stop_timeout": 2.0,
     "cancel_grace": 0.3,
     "cancel_timeout": 1.0,
