@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from tests.faults import effects
+from tests.helpers import UNSHARE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,19 +58,6 @@ class History:
         with self.path.open("w") as out:
             for op in self.ops:
                 out.write(json.dumps(op, default=str) + "\n")
-
-
-# A worker in a PID namespace of its own; --kill-child: it dies with the unshare process.
-UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
-
-
-def can_unshare() -> bool:
-    """Whether this machine lets us start a process in a new PID namespace."""
-    try:
-        done = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
 
 
 def _unshared_child(parent: int, timeout: float = 10.0) -> int:

@@ -23,7 +23,8 @@ import pytest
 
 from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.faultapp import BASE_CONFIG
-from tests.faults.harness import can_unshare, percentiles, rescue_times, wait_all_done, wait_for
+from tests.faults.harness import percentiles, rescue_times, wait_all_done, wait_for
+from tests.helpers import can_unshare
 
 pytestmark = [
     pytest.mark.slow,

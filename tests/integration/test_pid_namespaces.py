@@ -13,26 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import eventually
+from tests.helpers import UNSHARE, can_unshare, eventually
 from tests.integration.gateapp import build_app
 from tether import JobState
 
 ROOT = Path(__file__).resolve().parents[2]
-# --kill-child: the worker dies with the unshare process that the test kills.
-UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-
-
-def _can_unshare() -> bool:
-    try:
-        done = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _can_unshare(), reason="needs unshare --pid (root or user ns)"),
+    pytest.mark.skipif(not can_unshare(), reason="needs unshare --pid (root or user ns)"),
 ]
 
 
