@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -43,3 +44,17 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(every)
+
+
+# A process in a PID namespace of its own, under this host name (as in a container that
+# shares the host's name); --kill-child: it dies with the unshare process.
+UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+
+def can_unshare() -> bool:
+    """Whether this machine lets us start a process in a new PID namespace."""
+    try:
+        done = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0

@@ -2,8 +2,9 @@
 
 Default timing: a heartbeat every 2 s extends a 10 s lease, and the rescuer looks for
 expired leases every second, so a worker that vanishes without trace has its jobs
-running again within about 11 s. A worker whose process is gone on the same host, or
-whose PostgreSQL session is gone, is noticed faster than that (see ``WorkerConfig``).
+running again within about 11 s. A worker whose process is gone in the same PID
+namespace of the same machine, or whose PostgreSQL session is gone, is noticed faster
+than that (see ``WorkerConfig``).
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class WorkerConfig:
     self_fence_margin: float = 2.0
     rescue_interval: float = 1.0
     # A worker whose database session is gone is presumed dead only once its heartbeat
-    # is also this old, so a short reconnect (a database restart) costs no jobs.
+    # is also this old, so a short reconnect (a database restart) costs no jobs; and
+    # never sooner than it stops its own jobs (see ``session_dead_after``).
     dead_session_grace: float = 6.0
     stop_timeout: float = 30.0
     # Async handlers: from ``ctx.cancelled`` until the task gets CancelledError.
@@ -132,6 +134,14 @@ class WorkerConfig:
     ramp_warm_jobs: int = 10
     ramp_warm_interval: float = 1.0
     name: str | None = None
+
+    @property
+    def session_dead_after(self) -> float:
+        """How stale a heartbeat must be before a worker without a database session is
+        presumed dead: ``dead_session_grace``, but never less than
+        ``lease_duration - self_fence_margin``. A live worker cut off from the database
+        looks the same as a dead one, and runs its jobs until then."""
+        return max(self.dead_session_grace, self.lease_duration - self.self_fence_margin)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

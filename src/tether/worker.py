@@ -446,7 +446,7 @@ class Worker:
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
             interval=self.config.rescue_interval,
-            session_grace=self.config.dead_session_grace,
+            session_grace=self.config.session_dead_after,
         )
         self.follow_up = CancellationFollowUp(
             CancellationService(

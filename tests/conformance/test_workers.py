@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
+
+import pytest
 
 from tether import procinfo
 from tether.store import Store
@@ -62,13 +65,41 @@ async def test_worker_whose_process_is_gone_is_marked_dead(store: Store) -> None
     gone = await finished_pid()
     await store.register_worker("w-gone", None, host, gone, None, ["q"], 1)
     await store.register_worker("w-live", None, host, me, procinfo.start_time(me), ["q"], 1)
-    await store.register_worker("w-elsewhere", None, "other-host", gone, None, ["q"], 1)
-    dead = await store.mark_dead_workers(host, procinfo.pid_alive, 3600)
+    elsewhere = dataclasses.replace(procinfo.pid_space(), boot_id="another-boot")
+    await store.register_worker("w-elsewhere", None, host, gone, None, ["q"], 1, elsewhere)
+    dead = await store.mark_dead_workers(procinfo.process_gone, 3600)
     assert dead == ["w-gone"]
     states = {w.id: w.state for w in await store.list_workers()}
     assert states == {"w-gone": "dead", "w-live": "active", "w-elsewhere": "active"}
     # Already dead: not reported again.
-    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == []
+    assert await store.mark_dead_workers(procinfo.process_gone, 3600) == []
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["boot_id", "pid_ns", "machine_id"],
+    ids=["other-boot", "other-pid-ns", "other-machine"],
+)
+async def test_pid_of_a_worker_in_another_pid_space_is_not_checked(
+    store: Store, field: str
+) -> None:
+    # Same host name, same pid numbers: only the recorded pid space tells them apart.
+    host = procinfo.hostname()
+    gone = await finished_pid()
+    elsewhere = dataclasses.replace(procinfo.pid_space(), **{field: "not-ours"})
+    await store.register_worker("w-other", None, host, gone, None, ["q"], 1, elsewhere)
+    job = await running_job(store, "w-other", lease=3600)
+    assert await store.mark_dead_workers(procinfo.process_gone, 3600) == []
+    assert await store.rescue() == []
+    [w] = await store.list_workers()
+    still = await store.get(job.id)
+    assert w.state == "active" and still is not None and still.state.value == "running"
+
+
+async def test_worker_registered_without_a_known_pid_space_is_not_checked(store: Store) -> None:
+    unknown = procinfo.PidSpace(boot_id=None, pid_ns=None, machine_id=None)
+    await store.register_worker("w-old", None, "h", await finished_pid(), None, ["q"], 1, unknown)
+    assert await store.mark_dead_workers(procinfo.process_gone, 3600) == []
 
 
 async def test_worker_whose_pid_was_reused_is_marked_dead(store: Store) -> None:
@@ -77,14 +108,14 @@ async def test_worker_whose_pid_was_reused_is_marked_dead(store: Store) -> None:
     start = procinfo.start_time(me)
     assert start is not None
     await store.register_worker("w-old", None, host, me, start - 1, ["q"], 1)
-    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == ["w-old"]
+    assert await store.mark_dead_workers(procinfo.process_gone, 3600) == ["w-old"]
 
 
 async def test_stopped_workers_are_left_alone(store: Store) -> None:
     host = procinfo.hostname()
     await store.register_worker("w1", None, host, await finished_pid(), None, ["q"], 1)
     await store.set_worker_state("w1", "stopped")
-    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == []
+    assert await store.mark_dead_workers(procinfo.process_gone, 3600) == []
     [w] = await store.list_workers()
     assert w.state == "stopped"
 
@@ -94,5 +125,5 @@ async def test_marking_a_worker_dead_lets_rescue_take_its_jobs(store: Store) -> 
     await store.register_worker("w1", None, host, await finished_pid(), None, ["q"], 1)
     job = await running_job(store, "w1", lease=3600)
     assert await store.rescue() == []
-    assert await store.mark_dead_workers(host, procinfo.pid_alive, 3600) == ["w1"]
+    assert await store.mark_dead_workers(procinfo.process_gone, 3600) == ["w1"]
     assert [j.id for j in await store.rescue()] == [job.id]

@@ -7,11 +7,16 @@
 4. Every write with a stale token is rejected, and counted (``fault_effect_log``).
 5. No job is left ``running``, no lease is left set, no limit slot stays taken.
 6. Attempts never exceed ``max_attempts`` (rescues count as attempts).
+7. No two attempts of one job overlap in time, and no job is rescued from a live
+   worker while its attempt still runs there. (Computed from the execution log and the
+   history of signals; see :func:`attempts`.) This holds even when every job ends
+   ``succeeded``.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,72 @@ from tests.faults.harness import Db, History, read_exec_log
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 EFFECT_TASKS = {"work", "long"}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One execution of a job, from its handler's start until it ended.
+
+    ``end`` is the first of: the handler's ``end`` line, its process's death (a SIGKILL
+    the test sent, an exit it logged, the supervisor seeing it gone), and its process
+    being frozen (SIGSTOP). A frozen attempt counts as running until the freeze: once
+    its lease has expired it is a zombie, and whatever it does when it wakes is the
+    fencing invariants' business (3 and 4). ``inf``: it never ended while we watched.
+    """
+
+    job: int
+    token: int
+    proc: str
+    start: float
+    end: float
+
+
+@dataclass
+class ProcFate:
+    """What the test did to one worker process (keyed by ``name#incarnation``)."""
+
+    died: float = math.inf
+    frozen: list[float] = field(default_factory=list)
+
+
+def fates(history: History, execs: list[dict[str, Any]]) -> dict[str, ProcFate]:
+    """Each worker process's death and freezes, from the history and the exec log."""
+    out: dict[str, ProcFate] = collections.defaultdict(ProcFate)
+    for op in history.ops:
+        proc = op.get("proc")
+        if proc is None:
+            continue
+        fate = out[proc]
+        if op["kind"] == "worker_died" or (op["kind"] == "signal" and op["sig"] == "SIGKILL"):
+            fate.died = min(fate.died, op["t"])
+        elif op["kind"] == "signal" and op["sig"] == "SIGSTOP":
+            fate.frozen.append(op["t"])
+    for row in execs:
+        if row["ev"] == "exit":
+            out[row["proc"]].died = min(out[row["proc"]].died, row["t"])
+    return out
+
+
+def attempts(execs: list[dict[str, Any]], procs: dict[str, ProcFate]) -> list[Attempt]:
+    """Every attempt that started, with its end (see :class:`Attempt`)."""
+    ends: dict[tuple[int, int, str], float] = {}
+    for row in execs:
+        if row["ev"] == "end":
+            key = (row["job"], row["token"], row["proc"])
+            ends.setdefault(key, row["t"])
+    out = []
+    for row in execs:
+        if row["ev"] != "start":
+            continue
+        fate = procs.get(row["proc"], ProcFate())
+        start = row["t"]
+        end = min(
+            ends.get((row["job"], row["token"], row["proc"]), math.inf),
+            fate.died,
+            min((t for t in fate.frozen if t >= start), default=math.inf),
+        )
+        out.append(Attempt(row["job"], row["token"], row["proc"], start, max(start, end)))
+    return out
 
 
 @dataclass
@@ -162,6 +233,42 @@ def check(
                 v.fail(f"inv6: job {job_id} ran attempt {s['attempt']} > {job['max_attempts']}")
                 break
 
+    # 7. attempts never overlap; no job is rescued from a live worker
+    procs = fates(history, execs)
+    runs = attempts(execs, procs)
+    by_job: dict[int, list[Attempt]] = collections.defaultdict(list)
+    for a in runs:
+        by_job[a.job].append(a)
+    overlaps = 0
+    for job_id, mine in by_job.items():
+        mine.sort(key=lambda a: a.start)
+        for i, a in enumerate(mine):
+            for b in mine[i + 1 :]:
+                if b.start < a.end:
+                    overlaps += 1
+                    v.fail(
+                        f"inv7: job {job_id}: attempt with token {b.token} ({b.proc}) started "
+                        f"at {b.start:.3f} while token {a.token} ({a.proc}) ran "
+                        f"({a.start:.3f}-{a.end:.3f})"
+                    )
+    live_rescues = 0
+    # Worker ids name the process (pids repeat across PID namespaces).
+    worker_procs = {
+        path.read_text(): path.name.removeprefix("worker-").removesuffix(".id")
+        for path in (run_dir / "exec").glob("worker-*.id")
+    }
+    rescues = db.query(
+        f"SELECT job_id, {'at' if db.sqlite else 'extract(epoch FROM at)'}, worker_id, reason "
+        "FROM tether_job_events WHERE actor = 'rescuer' AND from_state = 'running'"
+    )
+    for job_id, at, worker_id, reason in rescues:
+        proc, at = worker_procs.get(worker_id), float(at)
+        if proc is None:
+            continue  # not a worker process of this scenario
+        if any(a.proc == proc and a.start <= at < a.end for a in by_job.get(int(job_id), [])):
+            live_rescues += 1
+            v.fail(f"inv7: job {job_id} rescued at {at:.3f} from {proc} while it ran ({reason})")
+
     states = collections.Counter(j["state"] for j in jobs.values())
     accepted = sum(1 for e in effect_log if e[2])
     v.figures.update(
@@ -174,6 +281,8 @@ def check(
         reruns=sum(max(0, len(s) - 1) for s in starts.values()),
         stale_rejected=len(rejected),
         effects_superseded=accepted - len(effect_rows),
+        overlaps=overlaps,
+        live_rescues=live_rescues,
         violations=len(v.violations),
     )
     return v

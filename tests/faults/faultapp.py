@@ -3,13 +3,16 @@
 Run as ``python -m tests.faults.faultapp`` with:
 
 - ``TETHER_FAULT_URL``: the database (for PostgreSQL maybe through the fault proxy);
-- ``TETHER_FAULT_DIR``: the run directory; executions go to ``exec/exec-<pid>.log``;
+- ``TETHER_FAULT_DIR``: the run directory (executions are logged under ``exec/``);
 - ``TETHER_FAULT_CONFIG``: JSON overrides of the worker settings;
-- ``TETHER_FAULT_NAME``: the worker's name (kept across restarts).
+- ``TETHER_FAULT_NAME``: the worker's name (kept across restarts);
+- ``TETHER_FAULT_PROC``: this incarnation's key (``name#n``), the same in every PID
+  namespace; its execution log is ``exec/exec-<key>.log`` and its worker id is written
+  to ``exec/worker-<key>.id`` before it registers.
 
 Every attempt appends a JSON line to its process's execution log when it starts (job,
-attempt, lease token, pid, time), and another when it tries its side effect and when
-it ends. The side effect is the fenced write of :mod:`tests.faults.effects`.
+attempt, lease token, pid, process key, time), and another when it tries its side
+effect and when it ends. The side effect is the fenced write of :mod:`tests.faults.effects`.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ BASE_CONFIG: dict[str, Any] = {
     "lease_duration": 3.0,
     "self_fence_margin": 0.75,
     "rescue_interval": 0.25,
-    "dead_session_grace": 1.0,
+    "dead_session_grace": 2.5,
     "stop_timeout": 2.0,
     "cancel_grace": 0.3,
     "cancel_timeout": 1.0,
@@ -51,14 +54,22 @@ BASE_CONFIG: dict[str, Any] = {
 SPIN_LIMIT = 120.0  # a CPU loop that nobody stops still ends by itself
 
 
+def _proc() -> str:
+    """This worker incarnation's key (pids repeat across PID namespaces)."""
+    return os.environ.get("TETHER_FAULT_PROC") or str(os.getpid())
+
+
+def _exec_dir() -> str:
+    return os.path.join(os.environ.get("TETHER_FAULT_DIR", "."), "exec")
+
+
 def _log_path() -> str:
-    folder = os.path.join(os.environ.get("TETHER_FAULT_DIR", "."), "exec")
-    return os.path.join(folder, f"exec-{os.getpid()}.log")
+    return os.path.join(_exec_dir(), f"exec-{_proc()}.log")
 
 
 def record(**fields: Any) -> None:
     """Append one line to this process's execution log (one write: atomic)."""
-    line = json.dumps({**fields, "pid": os.getpid(), "t": time.time()}) + "\n"
+    line = json.dumps({**fields, "pid": os.getpid(), "proc": _proc(), "t": time.time()}) + "\n"
     fd = os.open(_log_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line.encode())
@@ -215,11 +226,19 @@ def build_app(url: str) -> App:
         record(
             ev="start", job=ctx.id, attempt=ctx.attempt, token=ctx.job.lease_token, task="poison"
         )
+        record(ev="end", job=ctx.id, token=ctx.job.lease_token, how="killed its worker")
+        record(ev="exit")  # the process ends here: no later line of it runs
         os.kill(os.getpid(), signal.SIGKILL)
 
     app.task(name="spin", executor="process", max_attempts=1)(spin)
     app.task(name="block", executor="thread", max_attempts=1)(block)
     return app
+
+
+def _note_worker_id(worker_id: str) -> None:
+    """Tell the harness who we are: pids repeat across PID namespaces, worker ids do not."""
+    with open(os.path.join(_exec_dir(), f"worker-{_proc()}.id"), "w") as f:
+        f.write(worker_id)
 
 
 async def main() -> None:
@@ -236,6 +255,7 @@ async def main() -> None:
         settings["queues"] = tuple(settings["queues"])
     name = os.environ.get("TETHER_FAULT_NAME")
     worker = Worker(app, WorkerConfig(**settings, name=name))
+    _note_worker_id(worker.id)
     await worker.run(handle_signals=True)
 
 

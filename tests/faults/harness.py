@@ -1,7 +1,8 @@
 """The harness: worker processes under a supervisor, a history, and fault tools.
 
-- :class:`Cluster` starts named worker processes (``tests.faults.faultapp``), restarts
-  any that die while it supervises, and sends them signals;
+- :class:`Cluster` starts named worker processes (``tests.faults.faultapp``), each in
+  this PID namespace or in one of its own (as on another host with the same name),
+  restarts any that die while it supervises, and sends them signals;
 - :class:`History` is the timeline of what the test did (enqueues acknowledged, faults
   injected, API answers), written to ``history.jsonl`` in the run directory;
 - :func:`read_exec_log` reads what the jobs themselves logged;
@@ -30,6 +31,7 @@ from typing import Any
 import psycopg
 
 from tests.faults import effects
+from tests.helpers import UNSHARE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,12 +61,33 @@ class History:
                 out.write(json.dumps(op, default=str) + "\n")
 
 
+def _unshared_child(parent: int, timeout: float = 10.0) -> int:
+    """The pid (here) of the worker that ``unshare --fork`` (``parent``) started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.002)
+    raise RuntimeError(f"unshare {parent} started no worker within {timeout}s")
+
+
 @dataclass
 class Proc:
     name: str
     popen: subprocess.Popen[bytes]
     started: float
     incarnation: int
+    #: The worker process's pid in our namespace (``popen.pid`` unless it has its own).
+    pid: int = 0
+    #: The worker's pid in its own namespace, as its worker id and exec log show it.
+    own_pid: int = 0
+
+    @property
+    def key(self) -> str:
+        """This incarnation's key, unique across PID namespaces."""
+        return f"{self.name}#{self.incarnation}"
 
 
 @dataclass
@@ -78,17 +101,24 @@ class Cluster:
     procs: dict[str, Proc] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    namespaced: set[str] = field(default_factory=set)
     incarnations: dict[str, int] = field(default_factory=dict)
     restarts: int = 0
     all_pids: list[int] = field(default_factory=list)
     _supervising: bool = False
     _held: set[str] = field(default_factory=set)
 
-    def start(self, name: str, *, url: str | None = None, **config: Any) -> Proc:
+    def start(
+        self, name: str, *, url: str | None = None, own_pid_namespace: bool = False, **config: Any
+    ) -> Proc:
+        """Start worker ``name`` (its settings are kept for restarts); with
+        ``own_pid_namespace`` it runs in a PID namespace of its own, under this host name."""
         if url is not None:
             self.urls[name] = url
         if config:
             self.overrides[name] = config
+        if own_pid_namespace:
+            self.namespaced.add(name)
         n = self.incarnations.get(name, 0) + 1
         self.incarnations[name] = n
         env = {
@@ -97,34 +127,58 @@ class Cluster:
             "TETHER_FAULT_DIR": str(self.run_dir),
             "TETHER_FAULT_CONFIG": json.dumps({**self.config, **self.overrides.get(name, {})}),
             "TETHER_FAULT_NAME": name,
+            "TETHER_FAULT_PROC": f"{name}#{n}",
             "PYTHONUNBUFFERED": "1",
         }
         env.pop("TETHER_DATABASE_URL", None)
         stderr = (self.run_dir / f"worker-{name}-{n}.log").open("wb")
+        cmd = [sys.executable, "-m", "tests.faults.faultapp"]
         popen = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.faultapp"],
+            [*UNSHARE, *cmd] if name in self.namespaced else cmd,
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
         stderr.close()
-        proc = Proc(name, popen, time.time(), n)
+        proc = Proc(name, popen, time.time(), n, popen.pid, popen.pid)
+        if name in self.namespaced:
+            proc.pid = _unshared_child(popen.pid)
+            # NSpid: the pid in each namespace from ours down to its own (the last).
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            proc.own_pid = int(
+                next(x for x in status.splitlines() if x.startswith("NSpid:")).split()[-1]
+            )
         self.procs[name] = proc
-        self.all_pids.append(popen.pid)
-        self.history.add("worker_started", name=name, pid=popen.pid, incarnation=n)
+        self.all_pids.append(proc.pid)
+        self.history.add(
+            "worker_started",
+            name=name,
+            pid=proc.pid,
+            incarnation=n,
+            proc=proc.key,
+            own_pid=proc.own_pid,
+        )
         return proc
 
     def pid(self, name: str) -> int:
-        return self.procs[name].popen.pid
+        """The worker process's pid here (the one to signal)."""
+        return self.procs[name].pid
+
+    def worker_id(self, name: str) -> str | None:
+        """The worker id of ``name``'s current incarnation (``None`` before it is known)."""
+        path = self.run_dir / "exec" / f"worker-{self.procs[name].key}.id"
+        with contextlib.suppress(OSError):
+            return path.read_text() or None
+        return None
 
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.popen.poll() is None]
 
     def signal(self, name: str, sig: signal.Signals) -> int:
         proc = self.procs[name]
-        pid = proc.popen.pid
-        self.history.add("signal", name=name, pid=pid, sig=sig.name)
+        pid = proc.pid
+        self.history.add("signal", name=name, pid=pid, sig=sig.name, proc=proc.key)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
         return pid
@@ -143,7 +197,11 @@ class Cluster:
                 if name in self._held or proc.popen.poll() is None:
                     continue
                 self.history.add(
-                    "worker_died", name=name, pid=proc.popen.pid, code=proc.popen.returncode
+                    "worker_died",
+                    name=name,
+                    pid=proc.pid,
+                    code=proc.popen.returncode,
+                    proc=proc.key,
                 )
                 self.restarts += 1
                 self.start(name)
@@ -169,24 +227,30 @@ class Cluster:
                 await wait_for(
                     lambda proc=proc: (
                         proc.popen.poll() is not None
-                        or db.query(
-                            "SELECT 1 FROM tether_workers WHERE id LIKE %s",
-                            (f"%:{proc.popen.pid}:%",),
+                        or (
+                            (wid := self.worker_id(proc.name)) is not None
+                            and db.query("SELECT 1 FROM tether_workers WHERE id = %s", (wid,))
                         )
                     ),
                     15,
                     every=0.1,
                 )
             if proc.popen.poll() is None:
+                self.history.add(
+                    "signal", name=proc.name, pid=proc.pid, sig="SIGCONT", proc=proc.key
+                )
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.popen.pid, signal.SIGCONT)
-                    os.kill(proc.popen.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGCONT)
+                    os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for name, proc in alive.items():
             left = max(0.1, deadline - time.monotonic())
             try:
                 codes[name] = await asyncio.to_thread(proc.popen.wait, left)
             except subprocess.TimeoutExpired:
+                self.history.add("signal", name=name, pid=proc.pid, sig="SIGKILL", proc=proc.key)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
                 proc.popen.kill()
                 codes[name] = await asyncio.to_thread(proc.popen.wait)
         return codes
@@ -195,7 +259,8 @@ class Cluster:
         for proc in self.procs.values():
             if proc.popen.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.popen.pid, signal.SIGCONT)
+                    os.kill(proc.pid, signal.SIGCONT)
+                    os.kill(proc.pid, signal.SIGKILL)
                 proc.popen.kill()
                 proc.popen.wait()
 
@@ -271,6 +336,14 @@ class Db:
         rows = self.query(
             "SELECT id, lease_token FROM tether_jobs WHERE state = 'running' AND worker_id LIKE %s",
             (f"%:{pid}:%",),
+        )
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    def running_of_worker(self, worker_id: str | None) -> list[tuple[int, int]]:
+        """(job, lease token) of the running jobs leased by ``worker_id``."""
+        rows = self.query(
+            "SELECT id, lease_token FROM tether_jobs WHERE state = 'running' AND worker_id = %s",
+            (worker_id,),
         )
         return [(int(r[0]), int(r[1])) for r in rows]
 

@@ -20,6 +20,8 @@ SHORT: dict[str, dict[str, Any]] = {
     "sqlite_storm": {"jobs": 200, "kills": 6, "workers": 4, "concurrency": 3, "ms": (40, 200)},
     "sqlite_sigterm": {"rounds": 1, "short": 6, "long": 2},
     "sqlite_cancel_race": {"jobs": 60},
+    "multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
+    "sqlite_multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
 }
 
 FULL: dict[str, dict[str, Any]] = {
@@ -37,6 +39,8 @@ FULL: dict[str, dict[str, Any]] = {
     "sqlite_storm": {"jobs": 5000, "kills": 200, "workers": 4, "concurrency": 4, "ms": (50, 400)},
     "sqlite_sigterm": {"rounds": 10, "short": 20, "long": 4},
     "sqlite_cancel_race": {"jobs": 2000},
+    "multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
+    "sqlite_multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
 }
 
 PROFILES = {"short": SHORT, "full": FULL}

@@ -186,4 +186,4 @@ async def test_pause_under_load(scenario: MakeScenario) -> None:
         "reruns": verdict.figures["reruns"],
     }
     assert not during, during[:5]
-    assert after and after[0] - t_resume < 1.0, s.figures
+    assert after, s.figures  # claimed again once resumed (how soon: conftest.TARGETS)

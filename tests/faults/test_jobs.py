@@ -120,6 +120,5 @@ async def test_hung_job(scenario: MakeScenario) -> None:
         "late_effects_refused": len(late),
         "stale_rejected": verdict.figures["stale_rejected"],
     }
-    # Each hung job gave its slot back soon after its timeout (or the force cancel).
-    assert max(held[j] for j in spin + block) < timeout + 2.0, s.figures
-    assert max(cancels) < 3.0, s.figures
+    # How soon each hung job gave its slot back is a figure of the report
+    # (conftest.TARGETS); that it did is asserted above (every job ended).

@@ -110,8 +110,9 @@ async def test_listen_connection_killed(scenario: MakeScenario) -> None:
         "poll_interval": POLL,
         "jobs": verdict.figures["jobs"],
     }
-    assert g["max"] is not None and g["max"] <= POLL, s.figures
-    assert a["max"] is not None and a["max"] < 1.0, s.figures
+    # Every probe started (start_latency waits for it); how soon is a figure of the
+    # report (conftest.TARGETS).
+    assert g["max"] is not None and a["max"] is not None, s.figures
 
 
 def _via(url: str, port: int) -> str:
@@ -314,4 +315,4 @@ async def test_postgres_restart(scenario: MakeScenario, private_pg: PrivateClust
         "stale_rejected": verdict.figures["stale_rejected"],
     }
     assert len(alive) == 2 and all(c == 0 for c in codes.values()), (alive, codes)
-    assert lat["max"] is not None and lat["max"] < 1.5, s.figures
+    assert lat["max"] is not None, s.figures  # how soon: a figure (conftest.TARGETS)

@@ -158,7 +158,8 @@ async def sigterm_rounds(s: Scenario) -> None:
         "stale_rejected": verdict.figures["stale_rejected"],
     }
     assert not started_after, started_after
-    assert released >= p["rounds"] and take["max"] is not None and take["max"] < 2.0, s.figures
+    # Taken up again (how soon is a figure: conftest.TARGETS).
+    assert released >= p["rounds"] and take["max"] is not None, s.figures
     assert s.figures["long_attempts_max"] == 1, s.figures
 
 
@@ -243,4 +244,3 @@ async def test_rolling_restart(scenario: MakeScenario) -> None:
         "stale_rejected": verdict.figures["stale_rejected"],
     }
     assert not spurious, spurious[:5]
-    assert rec["max"] is None or rec["max"] < 5.0, s.figures

@@ -27,7 +27,6 @@ from tether.job import Beat, Outcome
 pytestmark = pytest.mark.slow
 
 LEASE = BASE_CONFIG["lease_duration"]
-HEARTBEAT = BASE_CONFIG["heartbeat_interval"]
 
 
 async def test_paused_zombie(scenario: MakeScenario) -> None:
@@ -142,5 +141,5 @@ async def test_paused_zombie(scenario: MakeScenario) -> None:
     assert leased_elsewhere == rounds, s.figures
     assert effect_accepted == 0, s.figures
     assert hb_rejected == completion_rejected == effect_rejected == rounds, s.figures
-    # Within one heartbeat of waking (plus the time a woken process needs to run).
-    assert woke["max"] is not None and woke["max"] <= HEARTBEAT + 0.5, s.figures
+    # The zombie stopped its attempt after waking (how soon: conftest.TARGETS).
+    assert woke["max"] is not None, s.figures

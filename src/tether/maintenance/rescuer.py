@@ -6,7 +6,7 @@ import logging
 
 from tether import metrics
 from tether.job import Job
-from tether.procinfo import hostname, pid_alive
+from tether.procinfo import process_gone
 from tether.service import Service
 from tether.store import Store
 
@@ -16,8 +16,10 @@ log = logging.getLogger("tether.rescuer")
 class Rescuer(Service):
     """Each round:
 
-    1. marks dead the workers on this host whose process is gone, and (PostgreSQL) the
-       workers whose database session is gone and whose heartbeat is stale;
+    1. marks dead the workers whose process is gone, where a pid check means anything
+       (the same boot, PID namespace and machine: :func:`~tether.procinfo.process_gone`),
+       and (PostgreSQL) the workers whose database session is gone and whose heartbeat
+       is stale;
     2. moves every running job whose lease expired or whose worker is dead
        to ``retrying`` (or ``failed`` once its attempts are spent, or ``cancelled`` if a
        cancel was pending), bumping its lease token so the old worker's writes fail.
@@ -42,11 +44,10 @@ class Rescuer(Service):
         )
         self.store = store
         self.session_grace = session_grace
-        self.host = hostname()
 
     async def run_once(self) -> list[Job]:
         """One round; returns the jobs rescued."""
-        dead = await self.store.mark_dead_workers(self.host, pid_alive, self.session_grace)
+        dead = await self.store.mark_dead_workers(process_gone, self.session_grace)
         for worker_id in dead:
             log.warning("worker %s is dead; its jobs will be rescued", worker_id)
         # Every worker rescues, not only the maintenance leader: the rescue is fenced and

@@ -33,9 +33,10 @@ from tether.job import (
     WorkerInfo,
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
+from tether.procinfo import PidSpace, WorkerProcess
 
-PidAlive = Callable[[int, int | None], bool]
-"""``(pid, pid_start) -> alive``: whether a process on this host still runs."""
+ProcessGone = Callable[[WorkerProcess], bool]
+"""Whether a worker's recorded process is known to be gone (see :mod:`tether.procinfo`)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,10 @@ class Store(Protocol):
         pid_start: int | None,
         queues: Sequence[str],
         concurrency: int,
+        space: PidSpace | None = None,
     ) -> None:
-        """Record a worker incarnation as active."""
+        """Record a worker incarnation as active; ``pid`` belongs to ``space`` (by
+        default this process's)."""
 
     async def set_worker_state(self, worker_id: str, state: str) -> None:
         """Move a worker to ``active``, ``draining``, ``stopped`` or ``dead``."""
@@ -263,10 +266,9 @@ class Store(Protocol):
 
     # -- maintenance -------------------------------------------------------------------
 
-    async def mark_dead_workers(
-        self, host: str, pid_alive: PidAlive, session_grace: float
-    ) -> list[str]:
-        """Mark workers dead whose process is gone on ``host``, or whose session is gone."""
+    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
+        """Mark workers dead whose process ``process_gone`` says is gone, or (PostgreSQL)
+        whose session is gone and whose heartbeat is older than ``session_grace``."""
 
     async def rescue(self) -> list[Job]:
         """Fenced rescue of running jobs whose lease expired or whose worker is dead."""

@@ -43,9 +43,10 @@ from tether.job import (
     WorkerInfo,
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
+from tether.procinfo import PidSpace, pid_space
 from tether.states import ACTIVE, TERMINAL, transition_pairs
 from tether.store.api_rows import ApiRowReader
-from tether.store.base import PidAlive, check_dependencies, load_migrations
+from tether.store.base import ProcessGone, check_dependencies, load_migrations
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -54,6 +55,7 @@ from tether.store.rows import (
     RowReader,
     effective_state,
     job_from_tuple,
+    worker_process,
 )
 
 log = logging.getLogger("tether.store")
@@ -894,20 +896,26 @@ class PostgresStore:
         pid_start: int | None,
         queues: Sequence[str],
         concurrency: int,
+        space: PidSpace | None = None,
     ) -> None:
+        space = pid_space() if space is None else space
         await self.listen()
         await asyncio.wait_for(self._connected.wait(), 10)
         self._workers.add(worker_id)
         async with self._conn() as conn:
             await conn.execute(
-                "INSERT INTO tether_workers (id, name, host, pid, pid_start, backend_pid, queues, "
-                "concurrency, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'active')",
+                "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
+                "machine_id, backend_pid, queues, concurrency, state) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active')",
                 (
                     worker_id,
                     name,
                     host,
                     pid,
                     pid_start,
+                    space.boot_id,
+                    space.pid_ns,
+                    space.machine_id,
                     self._backend_pid,
                     ",".join(queues),
                     concurrency,
@@ -1034,18 +1042,13 @@ class PostgresStore:
 
     # -- maintenance ---------------------------------------------------------------------
 
-    async def mark_dead_workers(
-        self, host: str, pid_alive: PidAlive, session_grace: float
-    ) -> list[str]:
+    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
         async with self._conn() as conn:
             cur = await conn.execute(
-                "SELECT id, pid, pid_start FROM tether_workers "
-                "WHERE host = %s AND state IN ('active', 'draining')",
-                (host,),
+                "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
+                "WHERE state IN ('active', 'draining')"
             )
-            dead = [
-                r["id"] for r in await cur.fetchall() if not pid_alive(r["pid"], r["pid_start"])
-            ]
+            dead = [r["id"] for r in await cur.fetchall() if process_gone(worker_process(r))]
             if dead:
                 await conn.execute(
                     "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%s)", (dead,)

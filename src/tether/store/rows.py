@@ -10,6 +10,7 @@ from typing import Any
 
 from tether import payload
 from tether.job import ArtifactInfo, CancellationRow, Job, JobEvent, LimitInfo, WorkerInfo
+from tether.procinfo import PidSpace, WorkerProcess
 from tether.states import JobState
 
 Row = Mapping[str, Any]
@@ -22,6 +23,15 @@ JOB_COLUMNS = (
     "pause_requested_at, pause_reason, budget, usage, limits, stopped_by, "
     "parent_id, phase, waiting_children, cancel_cascade"
 )
+
+
+def worker_process(row: Row) -> WorkerProcess:
+    """A :class:`WorkerProcess` from a ``tether_workers`` row's process columns."""
+    return WorkerProcess(
+        pid=row["pid"],
+        pid_start=row["pid_start"],
+        space=PidSpace(boot_id=row["boot_id"], pid_ns=row["pid_ns"], machine_id=row["machine_id"]),
+    )
 
 
 def job_from_tuple(row: Sequence[Any]) -> Job:

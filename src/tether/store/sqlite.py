@@ -43,9 +43,10 @@ from tether.job import (
     WorkerInfo,
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
+from tether.procinfo import PidSpace, pid_space
 from tether.states import TERMINAL, transition_pairs
 from tether.store.api_rows import ApiRowReader
-from tether.store.base import PidAlive, check_dependencies, load_migrations
+from tether.store.base import ProcessGone, check_dependencies, load_migrations
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -54,6 +55,7 @@ from tether.store.rows import (
     RowReader,
     effective_state,
     epoch_to_dt,
+    worker_process,
 )
 
 T = TypeVar("T")
@@ -756,13 +758,26 @@ class SqliteStore:
         pid_start: int | None,
         queues: Sequence[str],
         concurrency: int,
+        space: PidSpace | None = None,
     ) -> None:
+        space = pid_space() if space is None else space
         await self._write_async(
             lambda conn: conn.execute(
-                "INSERT INTO tether_workers (id, name, host, pid, pid_start, queues, concurrency, "
-                f"started_at, heartbeat_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, {NOW}, {NOW}, "
-                "'active')",
-                (worker_id, name, host, pid, pid_start, ",".join(queues), concurrency),
+                "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
+                "machine_id, queues, concurrency, started_at, heartbeat_at, state) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NOW}, {NOW}, 'active')",
+                (
+                    worker_id,
+                    name,
+                    host,
+                    pid,
+                    pid_start,
+                    space.boot_id,
+                    space.pid_ns,
+                    space.machine_id,
+                    ",".join(queues),
+                    concurrency,
+                ),
             )
         )
 
@@ -978,16 +993,14 @@ class SqliteStore:
 
     # -- maintenance ---------------------------------------------------------------------
 
-    async def mark_dead_workers(
-        self, host: str, pid_alive: PidAlive, session_grace: float
-    ) -> list[str]:
+    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
+        # No sessions to look at on SQLite: a worker elsewhere is judged by lease expiry.
         def run(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
-                "SELECT id, pid, pid_start FROM tether_workers "
-                "WHERE host = ? AND state IN ('active', 'draining')",
-                (host,),
+                "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
+                "WHERE state IN ('active', 'draining')"
             ).fetchall()
-            dead = [r["id"] for r in rows if not pid_alive(r["pid"], r["pid_start"])]
+            dead = [r["id"] for r in rows if process_gone(worker_process(r))]
             for worker_id in dead:
                 conn.execute("UPDATE tether_workers SET state = 'dead' WHERE id = ?", (worker_id,))
             return dead

@@ -1,0 +1,88 @@
+"""The checker itself: invariant 7 must see a rescue of a live worker even when every
+job ends ``succeeded``, and must not cry wolf over a dead one's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from tests.conformance.support import enqueue_one
+from tests.faults import effects
+from tests.faults.checker import check
+from tests.faults.harness import Db, History
+from tether.job import Job, Outcome
+from tether.procinfo import WorkerProcess
+from tether.states import JobState
+from tether.store import Store
+
+
+def log(run_dir: Path, proc: str, **fields: object) -> None:
+    """One line of ``proc``'s execution log, as ``faultapp.record`` writes it."""
+    with (run_dir / "exec" / f"exec-{proc}.log").open("a") as f:
+        f.write(json.dumps({**fields, "pid": 1, "proc": proc, "t": time.time()}) + "\n")
+
+
+async def claim(store: Store, run_dir: Path, proc: str) -> Job:
+    """Worker ``proc`` (registered under its own id) claims the job and starts it."""
+    [job] = await store.claim(f"vm:1:{proc}", ["default"], ["t"], 1, 60.0)
+    log(run_dir, proc, ev="start", job=job.id, attempt=job.attempt, token=job.lease_token)
+    return job
+
+
+async def rescue_then_succeed(
+    store: Store, url: str, tmp_path: Path, history: History, *, first_died: bool
+) -> Path:
+    """Worker A runs the job; it is rescued as a dead worker's; B runs it to success.
+
+    With ``first_died``, A was SIGKILLed before the rescue; otherwise A was alive and its
+    attempt went on after the rescue: the defect invariant 7 exists to catch.
+    """
+    (tmp_path / "exec").mkdir()
+    db = Db(url)
+    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    for proc in ("a#1", "b#1"):
+        (tmp_path / "exec" / f"worker-{proc}.id").write_text(f"vm:1:{proc}")
+        await store.register_worker(f"vm:1:{proc}", None, "vm", 1, None, ["default"], 1)
+    job = await enqueue_one(store)
+    history.add("enqueued", task="t", ids=[job.id])
+    first = await claim(store, tmp_path, "a#1")
+    if first_died:
+        history.add("signal", name="a", pid=1, sig=signal.SIGKILL.name, proc="a#1")
+
+    def only_a(proc: WorkerProcess) -> bool:  # the judgement under test: "A is gone"
+        return proc.pid == 1 and proc.pid_start is None
+
+    await store.set_worker_state("vm:1:b#1", "stopped")  # only A is judged
+    assert await store.mark_dead_workers(only_a, 3600) == ["vm:1:a#1"]
+    await store.set_worker_state("vm:1:b#1", "active")
+    assert [j.id for j in await store.rescue()] == [first.id]
+    second = await claim(store, tmp_path, "b#1")
+    log(tmp_path, "b#1", ev="end", job=second.id, token=second.lease_token, how="returned")
+    done = Outcome(second.id, second.lease_token, JobState.SUCCEEDED, result_json="1")
+    assert await store.finish("vm:1:b#1", [done]) == {second.id}
+    if not first_died:
+        log(tmp_path, "a#1", ev="end", job=first.id, token=first.lease_token, how="fenced")
+    return tmp_path
+
+
+async def test_rescue_of_a_live_worker_fails_the_check_though_the_job_succeeded(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    history = History(tmp_path / "history.jsonl")
+    run_dir = await rescue_then_succeed(store, db_url, tmp_path, history, first_died=False)
+    verdict = check(Db(db_url), run_dir, history, must_succeed=history.acked())
+    assert verdict.figures["succeeded"] == 1
+    assert (verdict.figures["overlaps"], verdict.figures["live_rescues"]) == (1, 1)
+    assert all(v.startswith("inv7") for v in verdict.violations), verdict.violations
+
+
+async def test_rescue_of_a_killed_worker_passes_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    history = History(tmp_path / "history.jsonl")
+    run_dir = await rescue_then_succeed(store, db_url, tmp_path, history, first_died=True)
+    verdict = check(Db(db_url), run_dir, history, must_succeed=history.acked())
+    assert verdict.violations == []
+    assert (verdict.figures["overlaps"], verdict.figures["live_rescues"]) == (0, 0)
