@@ -40,6 +40,7 @@ from tether.job import (
     WorkerInfo,
 )
 from tether.portal import Portal
+from tether.schema import ensure_schema
 from tether.states import JobState
 from tether.store import Store, create_store
 from tether.task import EnqueueOptions, Executor, Task, is_async
@@ -53,7 +54,10 @@ class App:
     """A tether application: the tasks it knows and the database it uses.
 
     ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``. The
-    schema is migrated on first use unless ``config.auto_migrate`` is off.
+    schema is migrated on first use unless ``config.auto_migrate`` is off; then a
+    database that lacks migrations this code needs is refused with
+    :class:`~tether.errors.SchemaVersionError`, and one newer than this code is used
+    with a warning.
     """
 
     def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
@@ -156,20 +160,24 @@ class App:
             store = self._stores.get(loop)
             if store is None:
                 store = create_store(self.url)
-                await store.open()
-                if self.config.auto_migrate:
-                    await store.migrate()
+                try:
+                    await store.open()
+                    await ensure_schema(store, migrate=self.config.auto_migrate)
+                except BaseException:
+                    await store.close()
+                    raise
                 for name, capacity in self.resources.items():
                     await store.define_limit(f"resource:{name}", "resource", capacity, False)
                 self._stores[loop] = store
         return store
 
     async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied."""
+        """Apply pending migrations; return the versions applied (warns if the
+        database is newer than this code)."""
         store = create_store(self.url)
         try:
             await store.open()
-            return await store.migrate()
+            return await ensure_schema(store, migrate=True)
         finally:
             await store.close()
 

@@ -4,7 +4,7 @@ PostgreSQL isolation. ``CREATE DATABASE`` plus running every migration costs 0.3
 per test on a busy machine, which alone would take the suite past its time budget. So
 the session creates one database and migrates one schema in it once; before each test
 every table of that schema is emptied (all but ``tether_migrations`` and
-``tether_transitions``, which migrate() itself rewrites), and the test gets a URL whose
+``tether_transitions``, which the migrations write), and the test gets a URL whose
 ``search_path`` names only that schema. Each test therefore starts from an empty,
 fully migrated database, as the ``store`` fixture promises. The migration tests, which
 need a database nothing has touched, get a fresh, empty schema each (``pg_fresh_url``).

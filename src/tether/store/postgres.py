@@ -40,7 +40,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
-from tether.states import ACTIVE, TERMINAL, transition_pairs
+from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
 from tether.store.rows import (
@@ -401,6 +401,15 @@ class PostgresStore:
             row = await cur.fetchone()
             return int(row["v"]) if row else 0
 
+    async def applied_migrations(self) -> set[int]:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT to_regclass('tether_migrations') AS t")
+            row = await cur.fetchone()
+            if row is None or row["t"] is None:
+                return set()
+            cur = await conn.execute("SELECT version FROM tether_migrations")
+            return {int(r["version"]) for r in await cur.fetchall()}
+
     async def migrate(self) -> list[int]:
         async with self._conn() as conn, conn.transaction():
             # Several workers may start at once; one migrates, the others wait and see.
@@ -421,11 +430,6 @@ class PostgresStore:
                     (mig.version, mig.name),
                 )
                 applied.append(mig.version)
-            await conn.execute("DELETE FROM tether_transitions")
-            async with conn.cursor() as cur2:
-                await cur2.executemany(
-                    "INSERT INTO tether_transitions VALUES (%s, %s)", transition_pairs()
-                )
             return applied
 
     # -- producers and readers -----------------------------------------------------------

@@ -37,7 +37,7 @@ from tether.job import (
     TokenInfo,
     WorkerInfo,
 )
-from tether.states import TERMINAL, transition_pairs
+from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import PidAlive, check_dependencies, load_migrations
 from tether.store.rows import (
@@ -171,6 +171,17 @@ class SqliteStore:
 
         return await self._call(lambda: read(self._db()))
 
+    async def applied_migrations(self) -> set[int]:
+        def read(conn: sqlite3.Connection) -> set[int]:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='tether_migrations'"
+            ).fetchone()
+            if not exists:
+                return set()
+            return {int(r[0]) for r in conn.execute("SELECT version FROM tether_migrations")}
+
+        return await self._call(lambda: read(self._db()))
+
     async def migrate(self) -> list[int]:
         def run(conn: sqlite3.Connection) -> list[int]:
             conn.execute(
@@ -189,8 +200,6 @@ class SqliteStore:
                     f"INSERT INTO tether_migrations VALUES (?, ?, {NOW})", (mig.version, mig.name)
                 )
                 applied.append(mig.version)
-            conn.execute("DELETE FROM tether_transitions")
-            conn.executemany("INSERT INTO tether_transitions VALUES (?, ?)", transition_pairs())
             return applied
 
         return await self._write_async(run)
