@@ -248,7 +248,9 @@ class App:
         """Enqueue one job. ``options`` are those of :class:`EnqueueOptions`.
 
         With an ``idempotency_key`` that already exists, the existing job is returned
-        and nothing new is created.
+        as it is and nothing new is created; the rest of the request is not checked
+        against the database again (a dependency cancelled since then does not make a
+        retried request fail), so a retry gets the first request's answer.
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task

@@ -100,7 +100,12 @@ class Store(Protocol):
     # -- producers and readers ---------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """Insert jobs in one transaction. A known idempotency key returns the existing job."""
+        """Insert jobs in one transaction. A known idempotency key returns the existing job.
+
+        The key answers first, as a retried request expects: an entry whose key exists
+        gets that job as it is, and nothing else about the entry is checked again (not
+        even dependencies that have since been cancelled).
+        """
 
     async def get(self, job_id: int) -> Job | None:
         """One job, or ``None``."""

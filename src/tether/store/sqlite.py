@@ -210,6 +210,16 @@ class SqliteStore:
         def run(conn: sqlite3.Connection) -> list[Job]:
             ids: list[int] = []
             for job in jobs:
+                # A known idempotency key answers first: the existing job, whatever the
+                # rest of this request says (its dependencies are not checked again).
+                if job.idempotency_key is not None:
+                    row = conn.execute(
+                        "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
+                        (job.idempotency_key,),
+                    ).fetchone()
+                    if row is not None:
+                        ids.append(row[0])
+                        continue
                 deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
                 state = "queued"
                 if deps:
@@ -223,14 +233,6 @@ class SqliteStore:
                     check_dependencies(deps, found)
                     if any(st != "succeeded" for st in found.values()):
                         state = "blocked"
-                if job.idempotency_key is not None:
-                    row = conn.execute(
-                        "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
-                        (job.idempotency_key,),
-                    ).fetchone()
-                    if row is not None:
-                        ids.append(row[0])
-                        continue
                 row = conn.execute(
                     "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
                     "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
