@@ -22,9 +22,7 @@ import pytest
 
 from tether.store import Store, create_store
 
-from .support import Db
-
-KEPT_TABLES = ("tether_migrations", "tether_transitions")
+from .support import Db, empty_tables
 
 
 def _schema_url(db_url: str, schema: str) -> str:
@@ -65,18 +63,7 @@ def pg_migrated_url(pg_conformance_db: str) -> str:
 @pytest.fixture
 def pg_url(pg_migrated_url: str) -> str:
     """The session's migrated schema, emptied for this test."""
-    with psycopg.connect(pg_migrated_url, autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
-            )
-            if r[0] not in KEPT_TABLES
-        ]
-        with conn.transaction():
-            for table in tables:
-                conn.execute(f'DELETE FROM "{table}"')
+    empty_tables(pg_migrated_url)
     return pg_migrated_url
 
 
