@@ -55,6 +55,7 @@ FINISH_STATES = (
     JobState.QUEUED,
     JobState.CANCELLED,
     JobState.PAUSED,
+    JobState.BLOCKED,  # waits for its children
 )
 
 _examples = itertools.count(1)
@@ -101,6 +102,8 @@ class Side:
             "stopped_by": job.stopped_by,
             "parent": self.name(job.parent_id),
             "waiting_children": job.waiting_children,
+            "phase": job.phase,
+            "budget": job.budget,
         }
 
 
@@ -252,11 +255,18 @@ class StoresAgree(RuleBasedStateMachine):
     def finish_job(self, job: int, target_state: JobState, stale: bool) -> None:
         result = json.dumps({"done": job}) if target_state is JobState.SUCCEEDED else None
         error = "boom" if target_state in (JobState.FAILED, JobState.RETRYING) else None
+        phase = "fan-in" if target_state is JobState.BLOCKED else None
 
         def op(side: Side) -> Awaitable[set[int]]:
             token = side.tokens[job] - (1 if stale else 0)
             out = Outcome(
-                side.ids[job], token, target_state, result_json=result, error=error, reason="r"
+                side.ids[job],
+                token,
+                target_state,
+                result_json=result,
+                error=error,
+                reason="r",
+                phase=phase,
             )
             return side.store.finish("w", [out])
 
@@ -298,6 +308,25 @@ class StoresAgree(RuleBasedStateMachine):
             lambda side, rescued: sorted((side.index[j.id], j.state) for j in rescued),
         )
 
+    @precondition(lambda self: bool(self.running))
+    @rule(target=jobs, data=st.data(), idem=st.sampled_from([None, "i1", "c1"]))
+    def spawn(self, data: st.DataObject, idem: str | None) -> Any:
+        parent = data.draw(st.sampled_from(self.running))
+        args = {"n": next(self.args)}
+
+        def op(side: Side) -> Awaitable[Job | None]:
+            child = new_job(queue=QUEUES[0], args=args, idempotency_key=idem)
+            return side.store.spawn(side.ids[parent], side.tokens[parent], child)
+
+        def show(side: Side, child: Job | None) -> int | None:
+            if child is not None and child.id not in side.index:
+                side.index[child.id] = len(side.ids)
+                side.ids.append(child.id)
+            return None if child is None else side.name(child.id)
+
+        child = self.same(op, show)
+        return multiple() if child is None or isinstance(child, str) else child
+
     # -- people ------------------------------------------------------------------------
 
     @rule(job=jobs, force=st.booleans(), cascade=st.booleans())
@@ -318,6 +347,17 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(job=jobs)
     def retry(self, job: int) -> None:
         self.same(lambda s: s.store.retry(s.ids[job], "alice"), Side.view)
+
+    @rule(job=jobs)
+    def delete(self, job: int) -> None:
+        self.same(
+            lambda s: s.store.delete(s.ids[job], "alice"),
+            lambda side, out: (side.view(out[0]), [side.view(c) for c in out[1]]),
+        )
+
+    @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
+    def pause_queue(self, queue: str, paused: bool) -> None:
+        self.same(lambda s: s.store.set_queue_paused(queue, paused, "ops"), lambda _, x: x)
 
     # -- after every step --------------------------------------------------------------
 
