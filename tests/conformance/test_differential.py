@@ -104,6 +104,8 @@ class Side:
             "waiting_children": job.waiting_children,
             "phase": job.phase,
             "budget": job.budget,
+            "usage": job.usage,
+            "progress": (job.progress_current, job.progress_total),
         }
 
 
@@ -202,12 +204,21 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(
         target=jobs,
         key=st.sampled_from([None, "k1", "k2"]),
+        budget=st.sampled_from([None, None, 5]),
         idem=st.sampled_from([None, None, "i1", "i2", "i3"]),
         deps=st.one_of(st.just([]), st.just([]), st.lists(jobs, min_size=1, max_size=2)),
         attempts=st.integers(1, 3),
     )
-    def enqueue_one(self, key: str | None, idem: str | None, deps: list[int], attempts: int) -> Any:
-        return self.enqueue([self.entry(key, idem, tuple(deps), attempts)])
+    def enqueue_one(
+        self,
+        key: str | None,
+        budget: int | None,
+        idem: str | None,
+        deps: list[int],
+        attempts: int,
+    ) -> Any:
+        entry = self.entry(key, idem, tuple(deps), attempts)
+        return self.enqueue([lambda side: dataclasses.replace(entry(side), budget=budget)])
 
     @rule(
         target=jobs,
@@ -273,10 +284,13 @@ class StoresAgree(RuleBasedStateMachine):
         self.same(op, lambda side, accepted: sorted(side.index[i] for i in accepted))
 
     @precondition(lambda self: bool(self.sides[0].tokens))
-    @rule()
-    def heartbeat(self) -> None:
+    @rule(usage=st.sampled_from([None, 3, 9]))
+    def heartbeat(self, usage: int | None) -> None:
         def op(side: Side) -> Awaitable[Any]:
-            beats = [Beat(side.ids[j], t) for j, t in sorted(side.tokens.items())]
+            beats = [
+                Beat(side.ids[j], t, progress_current=j, progress_total=9, usage=usage)
+                for j, t in sorted(side.tokens.items())
+            ]
             return side.store.heartbeat("w", beats, 60.0)
 
         def show(side: Side, beat: Any) -> Any:
@@ -353,6 +367,20 @@ class StoresAgree(RuleBasedStateMachine):
         self.same(
             lambda s: s.store.delete(s.ids[job], "alice"),
             lambda side, out: (side.view(out[0]), [side.view(c) for c in out[1]]),
+        )
+
+    @rule(key=st.sampled_from(["k1", "k2"]), capacity=st.integers(1, 2), block=st.booleans())
+    def limit_key(self, key: str, capacity: int, block: bool) -> None:
+        self.same(
+            lambda s: s.store.define_limit(f"key:{key}", "key", capacity, block),
+            lambda _, x: x,
+        )
+        self.same(
+            lambda s: s.store.list_limits(),
+            lambda _, limits: sorted(
+                (x.name, x.kind, x.capacity, x.used, x.held, x.block_on_hold, x.queued)
+                for x in limits
+            ),
         )
 
     @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
