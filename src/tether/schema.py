@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from tether.errors import SchemaVersionError
+from tether.errors import SchemaVersionError, StoreError
 from tether.store import Store
 from tether.store.base import shipped_versions
 
@@ -27,9 +27,18 @@ async def ensure_schema(store: Store, *, migrate: bool) -> list[int]:
     """Apply pending migrations if ``migrate``, then check the schema; return what was
     applied. Raises :class:`SchemaVersionError` when migrations this code needs are
     missing, and logs a warning when the database is newer than this code."""
-    applied = await store.migrate() if migrate else []
-    have = await store.applied_migrations()
     shipped = shipped_versions(store.url)
+    have = await store.applied_migrations()
+    applied: list[int] = []
+    if migrate and shipped - have:
+        try:
+            applied = await store.migrate()
+        except StoreError as exc:
+            raise SchemaVersionError(
+                f"cannot apply migration(s) {_join(sorted(shipped - have))} that this version "
+                f"of tether needs: {exc}"
+            ) from exc
+        have = await store.applied_migrations()
     missing = sorted(shipped - have)
     if missing:
         raise SchemaVersionError(

@@ -10,7 +10,9 @@ import pytest
 
 from tether import App, AppConfig, SchemaVersionError
 from tether.states import transition_pairs
-from tether.store import Store
+from tether.store import Store, base
+from tether.store import postgres as postgres_store
+from tether.store import sqlite as sqlite_store
 from tether.store.base import load_migrations
 
 from .support import Db, new_job
@@ -147,3 +149,25 @@ async def test_a_process_older_than_the_database_schema_warns_and_runs(
         finally:
             await app.close()
         assert "9999" in caplog.text and "does not know" in caplog.text
+
+
+async def test_a_process_whose_migration_fails_refuses_to_start_and_changes_nothing(
+    make_store: Callable[[], Store], db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = make_store()
+    await s.migrate()
+    before = await s.applied_migrations()
+    # This code ships one more migration than the database has, and it cannot apply.
+    ship = base.load_migrations
+
+    def with_broken(dialect: str) -> list[base.Migration]:
+        broken = base.Migration(9998, "9998_broken.sql", "CREATE TABLE tether_jobs (x INT);")
+        return [*ship(dialect), broken]
+
+    for module in (base, sqlite_store, postgres_store):
+        monkeypatch.setattr(module, "load_migrations", with_broken)
+    app = App(db.url)
+    with pytest.raises(SchemaVersionError, match=r"cannot apply migration\(s\) 9998 "):
+        await app.store()
+    await app.close()
+    assert await s.applied_migrations() == before
