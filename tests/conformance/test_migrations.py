@@ -98,6 +98,7 @@ async def test_starting_a_process_does_not_rewrite_the_transition_rules(
         assert await app.migrate() == []
     finally:
         await app.close()
+    assert await make_store().migrate() == []
     rows = db.execute("SELECT from_state, to_state FROM tether_transitions")
     assert ("succeeded", "queued") in {tuple(r) for r in rows}
 
