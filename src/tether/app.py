@@ -51,6 +51,7 @@ from tether.job import (
 from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleRow
 from tether.periodic import DEFAULT_GRACE, Missed, Schedule
 from tether.portal import Portal
+from tether.schema import ensure_schema
 from tether.states import TERMINAL, JobState
 from tether.store import (
     MEMORY_URL,
@@ -100,7 +101,10 @@ class App:
 
     ``url`` defaults to ``$TETHER_DATABASE_URL``, then ``sqlite:///tether.db``;
     ``sqlite://:memory:`` gives the App an in-memory database of its own (for tests). The
-    schema is migrated on first use unless ``config.auto_migrate`` is off.
+    schema is migrated on first use unless ``config.auto_migrate`` is off; then a
+    database that lacks migrations this code needs is refused with
+    :class:`~tether.errors.SchemaVersionError`, and one newer than this code is used
+    with a warning.
 
     Every mutation made through the App (enqueue, cancel, pause, resume, retry, delete,
     queue pause and resume, key configuration) leaves an audit row naming ``actor``
@@ -228,9 +232,12 @@ class App:
             store = self._stores.get(loop)
             if store is None:
                 store = create_store(self.url)
-                await store.open()
-                if self.config.auto_migrate:
-                    await store.migrate()
+                try:
+                    await store.open()
+                    await ensure_schema(store, migrate=self.config.auto_migrate)
+                except BaseException:
+                    await store.close()
+                    raise
                 for name, capacity in self.resources.items():
                     await store.define_limit(f"resource:{name}", "resource", capacity, False)
                 self._stores[loop] = store
@@ -259,11 +266,12 @@ class App:
             await store.close()
 
     async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied."""
+        """Apply pending migrations; return the versions applied (warns if the
+        database is newer than this code)."""
         store = create_store(self.url)
         try:
             await store.open()
-            return await store.migrate()
+            return await ensure_schema(store, migrate=True)
         finally:
             await store.close()
 
@@ -360,8 +368,11 @@ class App:
         """Enqueue one job. ``options`` are those of :class:`EnqueueOptions`.
 
         With an ``idempotency_key`` that already exists, the existing job is returned
-        and nothing new is created. With ``connection`` (the caller's open transaction),
-        the job commits or rolls back with the caller's writes.
+        as it is and nothing new is created; the rest of the request is not checked
+        against the database again (a dependency cancelled since then does not make a
+        retried request fail), so a retry gets the first request's answer. With
+        ``connection`` (the caller's open transaction), the job commits or rolls back
+        with the caller's writes.
         """
         opts = opts or EnqueueOptions(**options)
         name = task.name if isinstance(task, Task) else task

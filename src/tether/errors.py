@@ -53,6 +53,10 @@ class StoreError(TetherError):
     """The database failed or is unreachable."""
 
 
+class SchemaVersionError(StoreError):
+    """The database schema lacks migrations this code needs, and they were not applied."""
+
+
 class WaitTimeoutError(TetherError, TimeoutError):
     """A bounded wait ended before the job reached the awaited state."""
 

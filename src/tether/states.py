@@ -1,8 +1,10 @@
 """Job states and the one table of legal transitions.
 
-This module owns the state machine. The stores copy :data:`TRANSITIONS` into the
-``tether_transitions`` table at migration time, and a trigger refuses any UPDATE that
-is not listed there, so the rule holds even for SQL written by hand.
+This module owns the state machine. Versioned migrations write the same table into
+``tether_transitions`` in SQL (a test checks that the two agree), and a trigger refuses
+any UPDATE that is not listed there, so the rule holds even for SQL written by hand.
+Only a migration changes the rules in a database: a process never rewrites them from
+its own copy, so during a rolling deploy old and new processes enforce the same table.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ PostgreSQL isolation. ``CREATE DATABASE`` plus running every migration costs 0.3
 per test on a busy machine, which alone would take the suite past its time budget. So
 the session creates one database and migrates one schema in it once; before each test
 every table of that schema is emptied (all but ``tether_migrations`` and
-``tether_transitions``, which migrate() itself rewrites), and the test gets a URL whose
+``tether_transitions``, which the migrations write), and the test gets a URL whose
 ``search_path`` names only that schema. Each test therefore starts from an empty,
 fully migrated database, as the ``store`` fixture promises. The migration tests, which
 need a database nothing has touched, get a fresh, empty schema each (``pg_fresh_url``).
@@ -22,9 +22,7 @@ import pytest
 
 from tether.store import Store, create_store
 
-from .support import Db
-
-KEPT_TABLES = ("tether_migrations", "tether_transitions")
+from .support import Db, empty_tables
 
 
 def _schema_url(db_url: str, schema: str) -> str:
@@ -65,18 +63,7 @@ def pg_migrated_url(pg_conformance_db: str) -> str:
 @pytest.fixture
 def pg_url(pg_migrated_url: str) -> str:
     """The session's migrated schema, emptied for this test."""
-    with psycopg.connect(pg_migrated_url, autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
-            )
-            if r[0] not in KEPT_TABLES
-        ]
-        with conn.transaction():
-            for table in tables:
-                conn.execute(f'DELETE FROM "{table}"')
+    empty_tables(pg_migrated_url)
     return pg_migrated_url
 
 

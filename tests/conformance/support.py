@@ -95,6 +95,26 @@ class Db:
         return str(rows[0][0])
 
 
+KEPT_TABLES = ("tether_migrations", "tether_transitions")
+"""What the migrations write: kept when a test empties a migrated schema."""
+
+
+def empty_tables(pg_url: str) -> None:
+    """Delete every row of the PostgreSQL schema at ``pg_url`` but the migrations'."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            )
+            if r[0] not in KEPT_TABLES
+        ]
+        with conn.transaction():
+            for table in tables:
+                conn.execute(f'DELETE FROM "{table}"')
+
+
 def assert_between(value: datetime | None, low: datetime, high: datetime) -> None:
     """``low <= value <= high``, allowing for float rounding of SQLite times."""
     assert value is not None

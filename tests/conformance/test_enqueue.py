@@ -7,6 +7,9 @@ import random
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
+
+from tether.errors import InvalidJobError
 from tether.states import JobState
 from tether.store import Store
 
@@ -87,6 +90,26 @@ async def test_idempotency_key_returns_existing_job_even_after_it_changed_state(
     assert again.id == first.id
     assert again.state is JobState.CANCELLED
     assert await store.count_by_state() == {"cancelled": 1}
+
+
+async def test_idempotency_key_answers_before_dependencies_are_checked(store: Store) -> None:
+    [dep] = await store.enqueue([new_job(queue="up")])
+    [first] = await store.enqueue([new_job(idempotency_key="once", depends_on=(dep.id,))])
+    assert first.state is JobState.BLOCKED
+    await store.request_cancel(dep.id, "no", False, "test")
+    after = await store.get(first.id)
+    assert after is not None and after.state is JobState.CANCELLED
+    # A retried request gets the first one's answer, though its dependency is now dead;
+    # so does an entry of a batch.
+    [again] = await store.enqueue([new_job(idempotency_key="once", depends_on=(dep.id,))])
+    assert again == after
+    batch = await store.enqueue(
+        [new_job(queue="other"), new_job(idempotency_key="once", depends_on=(dep.id,))]
+    )
+    assert batch[1] == after
+    # Without a known key, the dead dependency is refused as before.
+    with pytest.raises(InvalidJobError, match="cancelled"):
+        await store.enqueue([new_job(idempotency_key="other", depends_on=(dep.id,))])
 
 
 async def test_idempotency_key_repeated_within_one_batch_creates_one_job(store: Store) -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
 import pytest
 
-from tether.job import Beat, Job, Outcome
+from tests.helpers import eventually
+from tether.job import Beat, Job, JobFilter, Outcome
 from tether.states import JobState
-from tether.store import Store
+from tether.store import Store, parse_sqlite_path
 
-from .support import Db, claim_one, enqueue_one, outcome, running_job
+from .support import Db, claim_one, enqueue_one, new_job, outcome, running_job
 
 OUTCOMES = [
     JobState.SUCCEEDED,
@@ -113,3 +120,97 @@ async def test_a_job_that_was_never_claimed_rejects_token_zero(store: Store) -> 
     job = await enqueue_one(store)
     assert job.lease_token == 0
     await assert_all_writes_rejected(store, job.id, 0)
+
+
+# -- INSERT-based writes held across a rescue --------------------------------------------
+
+T = TypeVar("T")
+
+
+async def hold_across_rescue(
+    store: Store, db: Db, job: Job, write: Callable[[], Awaitable[T]], conflict: str
+) -> T:
+    """Run ``write`` (a worker write of ``job`` that INSERTs a row) while another
+    transaction holds it up; let a rescue of ``job`` commit meanwhile; return what the
+    write returned once it was let go.
+
+    PostgreSQL: the other transaction has inserted a row with the same unique key
+    (``conflict``, a statement with the parameter ``job.id``) and not committed, so the
+    write waits on that key; the rescue commits while it waits, then the other
+    transaction rolls back. SQLite serialises writers: the write waits for the database
+    lock behind a rescue that was asked for first, and runs once the rescue committed.
+    """
+    db.expire_lease(job.id)
+    if db.dialect == "postgresql":
+        with psycopg.connect(db.url) as other:
+            other.execute(conflict, (job.id,))
+            pending = asyncio.ensure_future(write())
+            await eventually(lambda: _waiting_on_a_lock(db, pending))
+            assert [j.id for j in await store.rescue()] == [job.id]
+            other.rollback()
+        return await pending
+    other_sqlite = sqlite3.connect(parse_sqlite_path(db.url), isolation_level=None)
+    try:
+        other_sqlite.execute("BEGIN IMMEDIATE")
+        rescue = asyncio.ensure_future(store.rescue())
+        pending = asyncio.ensure_future(write())
+        await asyncio.sleep(0)  # both are now waiting for the database lock, in order
+        other_sqlite.execute("COMMIT")
+        assert [j.id for j in await rescue] == [job.id]
+        return await pending
+    finally:
+        other_sqlite.close()
+
+
+async def _waiting_on_a_lock(db: Db, pending: asyncio.Future[Any]) -> bool:
+    assert not pending.done(), "the write was not held up"
+    rows = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE '%%INSERT INTO tether_%%'"
+    )
+    return bool(rows[0][0])
+
+
+async def test_an_artifact_write_held_across_a_rescue_is_refused(store: Store, db: Db) -> None:
+    job = await running_job(store, "w-old")
+    accepted = await hold_across_rescue(
+        store,
+        db,
+        job,
+        lambda: store.save_artifact(job.id, job.lease_token, "out", b"late"),
+        "INSERT INTO tether_artifacts (job_id, name, size, data) VALUES (%s, 'out', 0, '')",
+    )
+    assert accepted is False
+    assert await store.get_artifact(job.id, "out") is None
+    rescued = await store.get(job.id)
+    assert rescued is not None and rescued.state is JobState.RETRYING
+
+
+async def test_a_spawn_held_across_a_rescue_is_refused(store: Store, db: Db) -> None:
+    parent = await running_job(store, "w-old")
+    child = await hold_across_rescue(
+        store,
+        db,
+        parent,
+        lambda: store.spawn(parent.id, parent.lease_token, new_job(idempotency_key="kid")),
+        "INSERT INTO tether_jobs (task, args, queue, state, max_attempts, idempotency_key) "
+        "SELECT 't', '{}', 'elsewhere', 'queued', 1, 'kid' WHERE %s IS NOT NULL",
+    )
+    assert child is None
+    assert await store.list_jobs(JobFilter(parent_id=parent.id)) == []
+    rescued = await store.get(parent.id)
+    assert rescued is not None and rescued.state is JobState.RETRYING
+    assert db.execute("SELECT has_children FROM tether_jobs WHERE id = %s", (parent.id,)) == [
+        (False,)
+    ]
+
+
+async def test_an_unhindered_artifact_write_and_spawn_are_accepted(store: Store, db: Db) -> None:
+    parent = await running_job(store, "w1")
+    assert await store.save_artifact(parent.id, parent.lease_token, "out", b"ok") is True
+    assert await store.get_artifact(parent.id, "out") == b"ok"
+    child = await store.spawn(parent.id, parent.lease_token, new_job(idempotency_key="kid"))
+    assert child is not None and child.parent_id == parent.id
+    assert db.execute("SELECT has_children FROM tether_jobs WHERE id = %s", (parent.id,)) == [
+        (True,)
+    ]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import pytest
 
-from tether.store import Store
+from tether import App, AppConfig, SchemaVersionError
+from tether.states import transition_pairs
+from tether.store import Store, base
+from tether.store import postgres as postgres_store
+from tether.store import sqlite as sqlite_store
 from tether.store.base import load_migrations
 
-from .support import new_job
+from .support import Db, new_job
 
 
 @pytest.fixture
@@ -66,3 +71,104 @@ async def test_concurrent_migrations_apply_once(make_store: Callable[[], Store])
         assert await s.schema_version() == versions[-1]
     jobs = await stores[1].enqueue([new_job()])
     assert (await stores[2].get(jobs[0].id)) == jobs[0]
+
+
+# -- the rules belong to migrations; the schema version is checked at start ------------
+
+
+async def test_the_migrated_transition_table_equals_the_states_module(
+    make_store: Callable[[], Store], db: Db
+) -> None:
+    s = make_store()
+    await s.migrate()
+    rows = db.execute("SELECT from_state, to_state FROM tether_transitions")
+    assert sorted(tuple(r) for r in rows) == transition_pairs()
+
+
+async def test_starting_a_process_does_not_rewrite_the_transition_rules(
+    make_store: Callable[[], Store], db: Db
+) -> None:
+    # A newer release's migration allowed one more transition; an older process that
+    # starts afterwards (a rolling deploy) must not take it away again.
+    await make_store().migrate()
+    db.execute("INSERT INTO tether_transitions VALUES ('succeeded', 'queued')")
+    app = App(db.url)
+    try:
+        await app.store()
+        assert await app.migrate() == []
+    finally:
+        await app.close()
+    assert await make_store().migrate() == []
+    rows = db.execute("SELECT from_state, to_state FROM tether_transitions")
+    assert ("succeeded", "queued") in {tuple(r) for r in rows}
+
+
+async def test_a_process_that_may_not_migrate_refuses_an_unmigrated_database(
+    db: Db,
+) -> None:
+    app = App(db.url, config=AppConfig(auto_migrate=False))
+    with pytest.raises(SchemaVersionError, match="tether migrate"):
+        await app.store()
+    with pytest.raises(SchemaVersionError):
+        await app.get(1)
+    await app.close()
+
+
+async def test_a_process_that_may_not_migrate_refuses_a_database_behind_its_code(
+    make_store: Callable[[], Store], db: Db
+) -> None:
+    s = make_store()
+    await s.migrate()
+    newest = max(shipped(s))
+    db.execute("DELETE FROM tether_migrations WHERE version = %s", (newest,))
+    app = App(db.url, config=AppConfig(auto_migrate=False))
+    with pytest.raises(SchemaVersionError, match=rf"migration\(s\) {newest} "):
+        await app.store()
+    await app.close()
+    # With migrating allowed (the default), the same start applies it and goes on.
+    app = App(db.url)
+    try:
+        await app.store()
+    finally:
+        await app.close()
+    assert await s.schema_version() == newest
+
+
+async def test_a_process_older_than_the_database_schema_warns_and_runs(
+    make_store: Callable[[], Store], db: Db, caplog: pytest.LogCaptureFixture
+) -> None:
+    await make_store().migrate()
+    stamp = "0" if db.dialect == "sqlite" else "now()"
+    db.execute(f"INSERT INTO tether_migrations VALUES (9999, 'from a newer release', {stamp})")
+    for config in (AppConfig(), AppConfig(auto_migrate=False)):
+        caplog.clear()
+        app = App(db.url, config=config)
+        try:
+            with caplog.at_level(logging.WARNING, logger="tether.schema"):
+                store = await app.store()
+            assert await store.enqueue([new_job()])
+        finally:
+            await app.close()
+        assert "9999" in caplog.text and "does not know" in caplog.text
+
+
+async def test_a_process_whose_migration_fails_refuses_to_start_and_changes_nothing(
+    make_store: Callable[[], Store], db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = make_store()
+    await s.migrate()
+    before = await s.applied_migrations()
+    # This code ships one more migration than the database has, and it cannot apply.
+    ship = base.load_migrations
+
+    def with_broken(dialect: str) -> list[base.Migration]:
+        broken = base.Migration(9998, "9998_broken.sql", "CREATE TABLE tether_jobs (x INT);")
+        return [*ship(dialect), broken]
+
+    for module in (base, sqlite_store, postgres_store):
+        monkeypatch.setattr(module, "load_migrations", with_broken)
+    app = App(db.url)
+    with pytest.raises(SchemaVersionError, match=r"cannot apply migration\(s\) 9998 "):
+        await app.store()
+    await app.close()
+    assert await s.applied_migrations() == before

@@ -59,6 +59,12 @@ def load_migrations(dialect: str) -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
+def shipped_versions(url: str) -> set[int]:
+    """The migration versions this code ships for the database at ``url``."""
+    dialect = "sqlite" if url.startswith("sqlite") else "postgres"
+    return {m.version for m in load_migrations(dialect)}
+
+
 def check_dependencies(wanted: Sequence[int], found: dict[int, str]) -> None:
     """Refuse dependencies that do not exist or can never succeed (``found``: the state
     of each job known, a superset of ``wanted`` or not)."""
@@ -91,10 +97,18 @@ class Store(Protocol):
     async def schema_version(self) -> int:
         """The newest applied migration, 0 for an empty database."""
 
+    async def applied_migrations(self) -> set[int]:
+        """Every migration version recorded in the database (empty for a fresh one)."""
+
     # -- producers and readers ---------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """Insert jobs in one transaction. A known idempotency key returns the existing job."""
+        """Insert jobs in one transaction. A known idempotency key returns the existing job.
+
+        The key answers first, as a retried request expects: an entry whose key exists
+        gets that job as it is, and nothing else about the entry is checked again (not
+        even dependencies that have since been cancelled).
+        """
 
     async def get(self, job_id: int) -> Job | None:
         """One job, or ``None``."""

@@ -44,7 +44,7 @@ from tether.job import (
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.procinfo import PidSpace, pid_space
-from tether.states import ACTIVE, TERMINAL, transition_pairs
+from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import ProcessGone, check_dependencies, load_migrations
 from tether.store.rows import (
@@ -274,6 +274,20 @@ WHERE p.id = %(parent)s AND p.lease_token = %(token)s AND p.state = 'running'
 RETURNING {JOB_COLUMNS}
 """
 
+# The fence of an INSERT-based worker write (spawn, artifact), run after the INSERT in
+# its transaction. The INSERT's own lease test reads the snapshot of its start, and the
+# INSERT may then wait on a unique key held by another transaction; a rescue committed
+# meanwhile would go unseen. FOR SHARE reads the newest row version (waiting for a
+# rescue in flight) and holds it until commit, so the write counts only if the lease
+# still holds when it commits. Locking after the INSERT, not before, keeps a write stuck
+# on a key from holding up the rescuer.
+Q_LEASE_HELD: LiteralString = """
+SELECT 1 FROM tether_jobs
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+  AND (NOT %(no_cancel)s OR cancel_requested_at IS NULL)
+FOR SHARE
+"""
+
 Q_CANCEL_CHILDREN: LiteralString = f"""
 UPDATE tether_jobs SET state = 'cancelled',
     cancel_requested_at = COALESCE(cancel_requested_at, now()),
@@ -439,6 +453,15 @@ class PostgresStore:
             row = await cur.fetchone()
             return int(row["v"]) if row else 0
 
+    async def applied_migrations(self) -> set[int]:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT to_regclass('tether_migrations') AS t")
+            row = await cur.fetchone()
+            if row is None or row["t"] is None:
+                return set()
+            cur = await conn.execute("SELECT version FROM tether_migrations")
+            return {int(r["version"]) for r in await cur.fetchall()}
+
     async def migrate(self) -> list[int]:
         async with self._conn() as conn, conn.transaction():
             # Several workers may start at once; one migrates, the others wait and see.
@@ -459,11 +482,6 @@ class PostgresStore:
                     (mig.version, mig.name),
                 )
                 applied.append(mig.version)
-            await conn.execute("DELETE FROM tether_transitions")
-            async with conn.cursor() as cur2:
-                await cur2.executemany(
-                    "INSERT INTO tether_transitions VALUES (%s, %s)", transition_pairs()
-                )
             return applied
 
     # -- producers and readers -----------------------------------------------------------
@@ -750,7 +768,7 @@ class PostgresStore:
             return [self._rows.limit(r) for r in await cur.fetchall()]
 
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
-        async with self._conn() as conn:
+        async with self._conn() as conn, conn.transaction():
             cur = await conn.execute(
                 "INSERT INTO tether_artifacts (job_id, name, size, data) "
                 "SELECT %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tether_jobs "
@@ -759,7 +777,12 @@ class PostgresStore:
                 "data = excluded.data, created_at = now()",
                 (job_id, name, len(data), data, job_id, lease_token),
             )
-            return cur.rowcount == 1
+            if cur.rowcount != 1:
+                return False
+            if not await self._lease_held(conn, job_id, lease_token, no_cancel=False):
+                raise psycopg.Rollback()
+            return True
+        return False  # rolled back: the lease was lost while the INSERT waited
 
     async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
         async with self._conn() as conn:
@@ -1085,13 +1108,24 @@ class PostgresStore:
                 },
             )
             row = await cur.fetchone()
-            if row is not None:
-                await conn.execute(
-                    "UPDATE tether_jobs SET has_children = true WHERE id = %s AND NOT has_children",
-                    (parent_id,),
-                )
-                await self._notify(conn, "tether_enqueued", [job.queue])
-        return self._rows.job(row) if row else None
+            if row is None:
+                return None
+            if not await self._lease_held(conn, parent_id, lease_token, no_cancel=True):
+                raise psycopg.Rollback()
+            await conn.execute(
+                "UPDATE tether_jobs SET has_children = true WHERE id = %s AND NOT has_children",
+                (parent_id,),
+            )
+            await self._notify(conn, "tether_enqueued", [job.queue])
+            return self._rows.job(row)
+        return None  # rolled back: the lease was lost while the INSERT waited
+
+    async def _lease_held(self, conn: Conn, job_id: int, token: int, *, no_cancel: bool) -> bool:
+        """Lock the job row (``Q_LEASE_HELD``) if its lease is still ``token``'s."""
+        cur = await conn.execute(
+            Q_LEASE_HELD, {"id": job_id, "token": token, "no_cancel": no_cancel}
+        )
+        return await cur.fetchone() is not None
 
     async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
         async with self._conn() as conn, conn.transaction():

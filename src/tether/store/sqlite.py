@@ -44,7 +44,7 @@ from tether.job import (
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.procinfo import PidSpace, pid_space
-from tether.states import TERMINAL, transition_pairs
+from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import ProcessGone, check_dependencies, load_migrations
 from tether.store.rows import (
@@ -225,6 +225,17 @@ class SqliteStore:
 
         return await self._call(lambda: read(self._db()))
 
+    async def applied_migrations(self) -> set[int]:
+        def read(conn: sqlite3.Connection) -> set[int]:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='tether_migrations'"
+            ).fetchone()
+            if not exists:
+                return set()
+            return {int(r[0]) for r in conn.execute("SELECT version FROM tether_migrations")}
+
+        return await self._call(lambda: read(self._db()))
+
     async def migrate(self) -> list[int]:
         def run(conn: sqlite3.Connection) -> list[int]:
             conn.execute(
@@ -243,8 +254,6 @@ class SqliteStore:
                     f"INSERT INTO tether_migrations VALUES (?, ?, {NOW})", (mig.version, mig.name)
                 )
                 applied.append(mig.version)
-            conn.execute("DELETE FROM tether_transitions")
-            conn.executemany("INSERT INTO tether_transitions VALUES (?, ?)", transition_pairs())
             return applied
 
         return await self._write_async(run)
@@ -351,6 +360,16 @@ class SqliteStore:
                 (json.dumps(keys),),
             )
         for job in jobs:
+            # A known idempotency key answers first: the existing job, whatever the rest
+            # of this request says (its dependencies are not checked again).
+            if job.idempotency_key is not None:
+                row = conn.execute(
+                    "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
+                    (job.idempotency_key,),
+                ).fetchone()
+                if row is not None:
+                    ids.append(row[0])
+                    continue
             deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
             state = "queued"
             if deps:
@@ -364,14 +383,6 @@ class SqliteStore:
                 check_dependencies(deps, found)
                 if any(st != "succeeded" for st in found.values()):
                     state = "blocked"
-            if job.idempotency_key is not None:
-                row = conn.execute(
-                    "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
-                    (job.idempotency_key,),
-                ).fetchone()
-                if row is not None:
-                    ids.append(row[0])
-                    continue
             row = conn.execute(
                 "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
                 "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "

@@ -1,0 +1,437 @@
+"""Differential property: the SQLite and the PostgreSQL store behave the same.
+
+A stateful test applies one random sequence of operations (enqueue with concurrency
+keys, dependencies and idempotency keys; claim; finish with every outcome and with
+fresh or stale tokens; heartbeat; cancel; pause; resume; retry; lease expiry and
+rescue) to a SQLite store and a PostgreSQL store side by side. After every step every
+job must look the same in both (state, attempt, lease token, result, error, requests),
+and both must have answered the same (the jobs claimed, the writes accepted, the error
+raised). At the end every job's events and dependencies must agree.
+
+Job ids differ between the databases, so jobs are named by the order they were
+created in. Leases expire by moving ``lease_expires_at`` into the past, as the other
+conformance tests do; no step waits on a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tether.errors import TetherError
+from tether.job import Beat, Job, JobEvent, JobFilter, NewJob, Outcome
+from tether.states import JobState
+from tether.store import Store, create_store
+
+from .support import Db, empty_tables, new_job
+
+T = TypeVar("T")
+
+QUEUES = ("qa", "qb")
+FINISH_STATES = (
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.RETRYING,
+    JobState.QUEUED,
+    JobState.CANCELLED,
+    JobState.PAUSED,
+    JobState.BLOCKED,  # waits for its children
+)
+
+_examples = itertools.count(1)
+
+
+class Side:
+    """One store with the ids its database gave the jobs, in creation order."""
+
+    def __init__(self, store: Store, db: Db) -> None:
+        self.store = store
+        self.db = db
+        self.ids: list[int] = []
+        self.index: dict[int, int] = {}
+        self.tokens: dict[int, int] = {}  # job index -> lease token of its last claim
+
+    def name(self, job_id: int | None) -> int | None:
+        """The creation index of a job id (``None`` stays ``None``)."""
+        return None if job_id is None else self.index[job_id]
+
+    def view(self, job: Job) -> dict[str, Any]:
+        """What must agree between the stores, ids replaced by creation indexes."""
+        return {
+            "job": self.name(job.id),
+            "state": job.state,
+            "attempt": job.attempt,
+            "max_attempts": job.max_attempts,
+            "lease_token": job.lease_token,
+            "queue": job.queue,
+            "key": job.key,
+            "idempotency_key": job.idempotency_key,
+            "args": job.args,
+            "worker_id": job.worker_id,
+            "result": job.result,
+            "error": job.error,
+            "checkpoint": job.checkpoint,
+            "started": job.started_at is not None,
+            "finished": job.finished_at is not None,
+            "leased": job.lease_expires_at is not None,
+            "cancel_requested": job.cancel_requested_at is not None,
+            "cancel_force": job.cancel_force,
+            "cancel_reason": job.cancel_reason,
+            "pause_requested": job.pause_requested_at is not None,
+            "pause_reason": job.pause_reason,
+            "stopped_by": job.stopped_by,
+            "parent": self.name(job.parent_id),
+            "waiting_children": job.waiting_children,
+            "phase": job.phase,
+            "budget": job.budget,
+            "usage": job.usage,
+            "progress": (job.progress_current, job.progress_total),
+        }
+
+
+class StoresAgree(RuleBasedStateMachine):
+    """The same operations on both stores give the same answers and the same rows."""
+
+    # Set by the test before it runs the machine.
+    loop: asyncio.AbstractEventLoop
+    tmp: Path
+    pg_url: str
+    pg_store: Store
+
+    jobs = Bundle("jobs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        empty_tables(self.pg_url)
+        sqlite_url = f"sqlite:///{self.tmp}/differential-{next(_examples)}.db"
+        sqlite_store = create_store(sqlite_url)
+        self.run(sqlite_store.migrate())
+        self.sides = (Side(sqlite_store, Db(sqlite_url)), Side(self.pg_store, Db(self.pg_url)))
+        self.args = itertools.count()
+        self.running: list[int] = []  # jobs running after the last step, by index
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def run(self, call: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(call)
+
+    def both(self, op: Callable[[Side], Awaitable[T]]) -> tuple[T | str, T | str]:
+        """Run ``op`` on each side; an error tether raises becomes its class name, so
+        that both sides must fail alike (and a failed step changes nothing)."""
+
+        def one(side: Side) -> T | str:
+            try:
+                return self.run(op(side))
+            except TetherError as exc:
+                return type(exc).__name__
+
+        return one(self.sides[0]), one(self.sides[1])
+
+    def same(self, op: Callable[[Side], Awaitable[Any]], show: Callable[[Side, Any], Any]) -> Any:
+        """Run ``op`` on both sides; their answers, seen through ``show``, must agree."""
+        lite, pg = self.both(op)
+        seen = [
+            answer if isinstance(answer, str) else show(side, answer)
+            for side, answer in zip(self.sides, (lite, pg), strict=True)
+        ]
+        assert seen[0] == seen[1], f"sqlite answered {seen[0]!r}, postgresql {seen[1]!r}"
+        return seen[0]
+
+    def teardown(self) -> None:
+        try:
+            for job in range(len(self.sides[0].ids)):
+                self.same(functools.partial(_events_of, job), _events)
+                self.same(functools.partial(_deps_of, job), _deps)
+        finally:
+            self.run(self.sides[0].store.close())
+            for side in self.sides:
+                side.db.close()
+
+    # -- producers ---------------------------------------------------------------------
+
+    @initialize(target=jobs)
+    def first_job(self) -> Any:
+        return self.enqueue([self.entry(None, None, (), 2)])
+
+    def entry(
+        self, key: str | None, idem: str | None, deps: tuple[int, ...], attempts: int
+    ) -> Callable[[Side], NewJob]:
+        queue = QUEUES[len(self.sides[0].ids) % 2]
+        args = {"n": next(self.args)}
+        return lambda side: new_job(
+            queue=queue,
+            args=args,
+            key=key,
+            idempotency_key=idem,
+            max_attempts=attempts,
+            depends_on=tuple(side.ids[d] for d in deps),
+        )
+
+    def enqueue(self, entries: list[Callable[[Side], NewJob]]) -> Any:
+        def op(side: Side) -> Awaitable[list[Job]]:
+            return side.store.enqueue([make(side) for make in entries])
+
+        def show(side: Side, jobs: list[Job]) -> list[int | None]:
+            for job in jobs:
+                if job.id not in side.index:
+                    side.index[job.id] = len(side.ids)
+                    side.ids.append(job.id)
+            return [side.name(j.id) for j in jobs]
+
+        answer = self.same(op, show)
+        return multiple() if isinstance(answer, str) else multiple(*answer)
+
+    @rule(
+        target=jobs,
+        key=st.sampled_from([None, "k1", "k2"]),
+        budget=st.sampled_from([None, None, 5]),
+        idem=st.sampled_from([None, None, "i1", "i2", "i3"]),
+        deps=st.one_of(st.just([]), st.just([]), st.lists(jobs, min_size=1, max_size=2)),
+        attempts=st.integers(1, 3),
+    )
+    def enqueue_one(
+        self,
+        key: str | None,
+        budget: int | None,
+        idem: str | None,
+        deps: list[int],
+        attempts: int,
+    ) -> Any:
+        entry = self.entry(key, idem, tuple(deps), attempts)
+        return self.enqueue([lambda side: dataclasses.replace(entry(side), budget=budget)])
+
+    @rule(
+        target=jobs,
+        idem=st.sampled_from([None, "i1", "i2"]),
+        deps=st.lists(jobs, max_size=1),
+    )
+    def enqueue_batch(self, idem: str | None, deps: list[int]) -> Any:
+        first = self.entry(None, idem, tuple(deps), 2)
+        second = self.entry("k1", None, (), 2)
+
+        def chained(side: Side) -> NewJob:
+            return dataclasses.replace(second(side), depends_on_batch=(0,))
+
+        return self.enqueue([first, chained])
+
+    # -- workers -----------------------------------------------------------------------
+
+    @rule(limit=st.integers(1, 3), queue=st.sampled_from([None, *QUEUES]))
+    def claim(self, limit: int, queue: str | None) -> None:
+        queues = list(QUEUES) if queue is None else [queue]
+
+        def show(side: Side, claimed: list[Job]) -> list[Any]:
+            for job in claimed:
+                side.tokens[side.index[job.id]] = job.lease_token
+            return sorted((side.index[j.id], j.attempt, j.lease_token) for j in claimed)
+
+        self.same(lambda s: s.store.claim("w", queues, ["t"], limit, 60.0), show)
+
+    @precondition(lambda self: bool(self.sides[0].tokens))
+    @rule(data=st.data(), target_state=st.sampled_from(FINISH_STATES), stale=st.booleans())
+    def finish(self, data: st.DataObject, target_state: JobState, stale: bool) -> None:
+        # Mostly a job that is running; sometimes one whose lease is long gone.
+        pool = self.running if self.running and not stale else sorted(self.sides[0].tokens)
+        self.finish_job(data.draw(st.sampled_from(pool)), target_state, stale)
+
+    @rule(target_state=st.sampled_from(FINISH_STATES), queue=st.sampled_from(QUEUES))
+    def work(self, target_state: JobState, queue: str) -> None:
+        """Claim one job and finish it at once, as a worker does with a short task."""
+        before = set(self.sides[0].tokens.items())
+        self.claim(1, queue)
+        claimed = set(self.sides[0].tokens.items()) - before
+        for job, _ in claimed:
+            self.finish_job(job, target_state, stale=False)
+
+    def finish_job(self, job: int, target_state: JobState, stale: bool) -> None:
+        result = json.dumps({"done": job}) if target_state is JobState.SUCCEEDED else None
+        error = "boom" if target_state in (JobState.FAILED, JobState.RETRYING) else None
+        phase = "fan-in" if target_state is JobState.BLOCKED else None
+
+        def op(side: Side) -> Awaitable[set[int]]:
+            token = side.tokens[job] - (1 if stale else 0)
+            out = Outcome(
+                side.ids[job],
+                token,
+                target_state,
+                result_json=result,
+                error=error,
+                reason="r",
+                phase=phase,
+            )
+            return side.store.finish("w", [out])
+
+        self.same(op, lambda side, accepted: sorted(side.index[i] for i in accepted))
+
+    @precondition(lambda self: bool(self.sides[0].tokens))
+    @rule(usage=st.sampled_from([None, 3, 9]))
+    def heartbeat(self, usage: int | None) -> None:
+        def op(side: Side) -> Awaitable[Any]:
+            beats = [
+                Beat(side.ids[j], t, progress_current=j, progress_total=9, usage=usage)
+                for j, t in sorted(side.tokens.items())
+            ]
+            return side.store.heartbeat("w", beats, 60.0)
+
+        def show(side: Side, beat: Any) -> Any:
+            requests = sorted(
+                (side.index[r.job_id], r.cancel, r.force, r.pause) for r in beat.requests
+            )
+            return sorted(side.index[i] for i in beat.alive), requests
+
+        self.same(op, show)
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data())
+    def checkpoint(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(self.running))
+        value = json.dumps({"at": next(self.args)})
+        self.same(
+            lambda s: s.store.save_checkpoint(s.ids[job], s.tokens[job], value),
+            lambda _, saved: saved,
+        )
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data())
+    def expire_and_rescue(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(self.running))
+        for side in self.sides:
+            side.db.expire_lease(side.ids[job])
+        self.same(
+            lambda s: s.store.rescue(),
+            lambda side, rescued: sorted((side.index[j.id], j.state) for j in rescued),
+        )
+
+    @precondition(lambda self: bool(self.running))
+    @rule(target=jobs, data=st.data(), idem=st.sampled_from([None, "i1", "c1"]))
+    def spawn(self, data: st.DataObject, idem: str | None) -> Any:
+        parent = data.draw(st.sampled_from(self.running))
+        args = {"n": next(self.args)}
+
+        def op(side: Side) -> Awaitable[Job | None]:
+            child = new_job(queue=QUEUES[0], args=args, idempotency_key=idem)
+            return side.store.spawn(side.ids[parent], side.tokens[parent], child)
+
+        def show(side: Side, child: Job | None) -> int | None:
+            if child is not None and child.id not in side.index:
+                side.index[child.id] = len(side.ids)
+                side.ids.append(child.id)
+            return None if child is None else side.name(child.id)
+
+        child = self.same(op, show)
+        return multiple() if child is None or isinstance(child, str) else child
+
+    # -- people ------------------------------------------------------------------------
+
+    @rule(job=jobs, force=st.booleans(), cascade=st.booleans())
+    def cancel(self, job: int, force: bool, cascade: bool) -> None:
+        self.same(
+            lambda s: s.store.request_cancel(s.ids[job], "stop", force, "alice", cascade),
+            Side.view,
+        )
+
+    @rule(job=jobs)
+    def pause(self, job: int) -> None:
+        self.same(lambda s: s.store.request_pause(s.ids[job], "hold", "alice"), Side.view)
+
+    @rule(job=jobs, budget=st.sampled_from([None, 5]))
+    def resume(self, job: int, budget: int | None) -> None:
+        self.same(lambda s: s.store.resume(s.ids[job], budget, "alice"), Side.view)
+
+    @rule(job=jobs)
+    def retry(self, job: int) -> None:
+        self.same(lambda s: s.store.retry(s.ids[job], "alice"), Side.view)
+
+    @rule(job=jobs)
+    def delete(self, job: int) -> None:
+        self.same(
+            lambda s: s.store.delete(s.ids[job], "alice"),
+            lambda side, out: (side.view(out[0]), [side.view(c) for c in out[1]]),
+        )
+
+    @rule(key=st.sampled_from(["k1", "k2"]), capacity=st.integers(1, 2), block=st.booleans())
+    def limit_key(self, key: str, capacity: int, block: bool) -> None:
+        self.same(
+            lambda s: s.store.define_limit(f"key:{key}", "key", capacity, block),
+            lambda _, x: x,
+        )
+        self.same(
+            lambda s: s.store.list_limits(),
+            lambda _, limits: sorted(
+                (x.name, x.kind, x.capacity, x.used, x.held, x.block_on_hold, x.queued)
+                for x in limits
+            ),
+        )
+
+    @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
+    def pause_queue(self, queue: str, paused: bool) -> None:
+        self.same(lambda s: s.store.set_queue_paused(queue, paused, "ops"), lambda _, x: x)
+
+    # -- after every step --------------------------------------------------------------
+
+    @invariant()
+    def every_job_agrees(self) -> None:
+        views = self.same(
+            lambda s: s.store.list_jobs(JobFilter(limit=1000)),
+            lambda side, jobs: sorted((side.view(j) for j in jobs), key=lambda v: int(v["job"])),
+        )
+        self.running = [v["job"] for v in views if v["state"] is JobState.RUNNING]
+
+
+def _events_of(job: int, side: Side) -> Awaitable[list[JobEvent]]:
+    return side.store.events(side.ids[job])
+
+
+def _deps_of(job: int, side: Side) -> Awaitable[tuple[list[int], list[int]]]:
+    return side.store.dependencies(side.ids[job])
+
+
+def _events(side: Side, events: list[JobEvent]) -> list[tuple[Any, ...]]:
+    return [(e.from_state, e.to_state, e.worker_id, e.actor, e.reason) for e in events]
+
+
+def _deps(side: Side, deps: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    up, down = deps
+    return sorted(side.index[i] for i in up), sorted(side.index[i] for i in down)
+
+
+@pytest.mark.postgres
+def test_sqlite_and_postgresql_agree_on_random_operations(tmp_path: Path, pg_url: str) -> None:
+    loop = asyncio.new_event_loop()
+    pg_store = create_store(pg_url)
+    try:
+        loop.run_until_complete(pg_store.open())
+        StoresAgree.loop, StoresAgree.tmp = loop, tmp_path
+        StoresAgree.pg_url, StoresAgree.pg_store = pg_url, pg_store
+        run_state_machine_as_test(
+            StoresAgree,
+            settings=settings(
+                max_examples=25,
+                stateful_step_count=25,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+    finally:
+        loop.run_until_complete(pg_store.close())
+        loop.close()
