@@ -16,9 +16,11 @@ Settings, chosen to be each library's ordinary fast configuration rather than a 
 * Procrastinate 3.x - ``PsycopgConnector`` pool, one worker with ``concurrency=10`` async
   slots, ``wait=False`` (the worker exits by itself once the queue is empty and its jobs
   have finished), LISTEN/NOTIFY on, default ``delete_jobs="never"``.
-* Huey - ``SqliteHuey`` with huey's default SQLite settings (WAL journal, sqlite's default
-  ``synchronous``), enqueued one task at a time (huey has no bulk enqueue), drained by
-  huey's own ``Consumer`` with 4 worker threads, in this process.
+* Huey - ``SqliteHuey`` (WAL journal, huey's default) with ``PRAGMA synchronous`` set to the
+  level tether's SQLite store runs at in the same pairing (``normal`` or ``full``; huey's own
+  ``fsync`` option knows only FULL and OFF, so ``_SyncSqliteStorage`` sets the pragma on
+  each of its connections), enqueued one task at a time (huey has no bulk enqueue), drained
+  by huey's own ``Consumer`` with 4 worker threads, in this process.
 
 Run by hand: ``python bench/peers.py --dsn postgresql://postgres@127.0.0.1:5432/test``.
 """
@@ -418,14 +420,53 @@ async def drain_procrastinate(
     return n / elapsed
 
 
+def _sync_huey_class(synchronous: str | None) -> Any:
+    """``SqliteHuey`` whose connections run at ``PRAGMA synchronous=<synchronous>``.
+
+    huey's ``SqliteStorage`` sets the pragma only through ``fsync`` (True: FULL, False:
+    OFF, None: SQLite's compiled-in default), so a subclass sets it after huey's own
+    connection setup. ``None`` keeps huey exactly as shipped.
+    """
+    from huey import SqliteHuey  # type: ignore[import-untyped]
+    from huey.storage import SqliteStorage  # type: ignore[import-untyped]
+
+    if synchronous is None:
+        return SqliteHuey
+
+    class _SyncSqliteStorage(SqliteStorage):  # type: ignore[misc]
+        def _create_connection(self) -> Any:
+            conn = super()._create_connection()
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            return conn
+
+    class _SyncSqliteHuey(SqliteHuey):  # type: ignore[misc]
+        storage_class = _SyncSqliteStorage
+
+    return _SyncSqliteHuey
+
+
+def huey_synchronous(path: str, synchronous: str | None) -> int:
+    """The ``PRAGMA synchronous`` a huey connection built as in ``drain_huey`` reports."""
+    huey = _sync_huey_class(synchronous)(name="tether-bench", filename=path)
+    try:
+        conn = huey.storage.conn
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+    finally:
+        huey.storage.close()
+
+
 def drain_huey(
     path: str,
     n: int,
     *,
     workers: int = HUEY_WORKERS,
+    synchronous: str | None = None,
     time_limit: float = DEFAULT_TIMEOUT,
 ) -> float:
     """Drain ``n`` no-op Huey tasks from a SqliteHuey file with huey's consumer; return jobs/s.
+
+    ``synchronous`` (``"normal"``, ``"full"``) sets SQLite's ``synchronous`` pragma on every
+    huey connection; ``None`` leaves huey's default (SQLite's compiled-in one).
 
     Any SQLite file (and its ``-wal``/``-shm`` files) already at ``path`` is removed first,
     so the queue starts empty; the file is left for the caller afterwards. Tasks are
@@ -435,7 +476,6 @@ def drain_huey(
     ``time_limit`` seconds and ``PeerCheckError`` if any task failed or tasks remain queued.
     """
     # huey ships no type information.
-    from huey import SqliteHuey  # type: ignore[import-untyped]
     from huey.consumer import Consumer  # type: ignore[import-untyped]
     from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR  # type: ignore[import-untyped]
 
@@ -456,7 +496,7 @@ def drain_huey(
         with contextlib.suppress(FileNotFoundError):
             os.remove(path + suffix)
 
-    huey = SqliteHuey(name="tether-bench", filename=path)
+    huey = _sync_huey_class(synchronous)(name="tether-bench", filename=path)
     lock = threading.Lock()
     completed = 0
     failed = 0
