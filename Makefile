@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(BENCH_STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py --sweep
 
 # The fault-injection suite. TETHER_FAULTS=full uses the issue's counts, restarts
 # PostgreSQL and writes tests/faults/REPORT.md; the default is the short profile.

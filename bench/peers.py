@@ -5,12 +5,14 @@ enqueues ``n`` no-op jobs *untimed*, then times a single consumer draining them 
 returns jobs per second. ``cancel_latency_pgqueuer`` times how long PgQueuer takes to
 deliver a cancellation request to a running job.
 
-Settings, chosen to be each library's ordinary fast configuration rather than a tuned one:
+Settings (``bench/run.py`` pairs them with tether's: defaults with defaults, tuned with
+tuned, the tuned values found by its ``--sweep``):
 
 * PgQueuer 1.6.0 - one in-process ``QueueManager`` on its own asyncpg connection (PgQueuer's
   preferred driver; ``driver="psycopg"`` is available but far slower, see ``_pgq_driver``),
-  ``batch_size=10`` (the library default, and what PgQueuer's own drain benchmark uses), no
-  concurrency cap, default durable (logged) tables. The clock runs from
+  ``batch_size`` 10 by default (the library default, and what PgQueuer's own drain
+  benchmark uses) or the tuned value, no concurrency cap (``max_concurrent_tasks=None``,
+  the default), default durable (logged) tables. The clock runs from
   ``QueueManager.run()`` until it has returned, which includes the final flush of buffered
   "successful" status rows, so all ``n`` jobs are really gone from the queue table.
 * Procrastinate 3.x - ``PsycopgConnector`` pool, one worker with ``concurrency=10`` async
@@ -20,7 +22,7 @@ Settings, chosen to be each library's ordinary fast configuration rather than a 
   level tether's SQLite store runs at in the same pairing (``normal`` or ``full``; huey's own
   ``fsync`` option knows only FULL and OFF, so ``_SyncSqliteStorage`` sets the pragma on
   each of its connections), enqueued one task at a time (huey has no bulk enqueue), drained
-  by huey's own ``Consumer`` with 4 worker threads, in this process.
+  by huey's own ``Consumer`` with 4 worker threads (or the tuned count), in this process.
 
 Run by hand: ``python bench/peers.py --dsn postgresql://postgres@127.0.0.1:5432/test``.
 """
@@ -420,6 +422,10 @@ async def drain_procrastinate(
     return n / elapsed
 
 
+#: ``PRAGMA synchronous`` reads back as a number.
+_SYNCHRONOUS_CODES = {"off": 0, "normal": 1, "full": 2, "extra": 3}
+
+
 def _sync_huey_class(synchronous: str | None) -> Any:
     """``SqliteHuey`` whose connections run at ``PRAGMA synchronous=<synchronous>``.
 
@@ -443,16 +449,6 @@ def _sync_huey_class(synchronous: str | None) -> Any:
         storage_class = _SyncSqliteStorage
 
     return _SyncSqliteHuey
-
-
-def huey_synchronous(path: str, synchronous: str | None) -> int:
-    """The ``PRAGMA synchronous`` a huey connection built as in ``drain_huey`` reports."""
-    huey = _sync_huey_class(synchronous)(name="tether-bench", filename=path)
-    try:
-        conn = huey.storage.conn
-        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
-    finally:
-        huey.storage.close()
 
 
 def drain_huey(
@@ -497,6 +493,12 @@ def drain_huey(
             os.remove(path + suffix)
 
     huey = _sync_huey_class(synchronous)(name="tether-bench", filename=path)
+    if synchronous is not None:
+        # Every huey connection is built the same way; check that the pragma held on one.
+        level = int(huey.storage.conn.execute("PRAGMA synchronous").fetchone()[0])
+        if level != _SYNCHRONOUS_CODES[synchronous.lower()]:
+            huey.storage.close()
+            raise PeerCheckError(f"Huey: PRAGMA synchronous is {level}, not {synchronous}")
     lock = threading.Lock()
     completed = 0
     failed = 0
