@@ -34,7 +34,7 @@ docs: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 bench: $(BENCH_STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py --sweep
 
 # The fault-injection suite. TETHER_FAULTS=full uses the issue's counts and writes
 # tests/faults/REPORT.md; the default is the short profile. PostgreSQL restarts act on

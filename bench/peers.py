@@ -5,20 +5,24 @@ enqueues ``n`` no-op jobs *untimed*, then times a single consumer draining them 
 returns jobs per second. ``cancel_latency_pgqueuer`` times how long PgQueuer takes to
 deliver a cancellation request to a running job.
 
-Settings, chosen to be each library's ordinary fast configuration rather than a tuned one:
+Settings (``bench/run.py`` pairs them with tether's: defaults with defaults, tuned with
+tuned, the tuned values found by its ``--sweep``):
 
 * PgQueuer 1.6.0 - one in-process ``QueueManager`` on its own asyncpg connection (PgQueuer's
   preferred driver; ``driver="psycopg"`` is available but far slower, see ``_pgq_driver``),
-  ``batch_size=10`` (the library default, and what PgQueuer's own drain benchmark uses), no
-  concurrency cap, default durable (logged) tables. The clock runs from
+  ``batch_size`` 10 by default (the library default, and what PgQueuer's own drain
+  benchmark uses) or the tuned value, no concurrency cap (``max_concurrent_tasks=None``,
+  the default), default durable (logged) tables. The clock runs from
   ``QueueManager.run()`` until it has returned, which includes the final flush of buffered
   "successful" status rows, so all ``n`` jobs are really gone from the queue table.
 * Procrastinate 3.x - ``PsycopgConnector`` pool, one worker with ``concurrency=10`` async
   slots, ``wait=False`` (the worker exits by itself once the queue is empty and its jobs
   have finished), LISTEN/NOTIFY on, default ``delete_jobs="never"``.
-* Huey - ``SqliteHuey`` with huey's default SQLite settings (WAL journal, sqlite's default
-  ``synchronous``), enqueued one task at a time (huey has no bulk enqueue), drained by
-  huey's own ``Consumer`` with 4 worker threads, in this process.
+* Huey - ``SqliteHuey`` (WAL journal, huey's default) with ``PRAGMA synchronous`` set to the
+  level tether's SQLite store runs at in the same pairing (``normal`` or ``full``; huey's own
+  ``fsync`` option knows only FULL and OFF, so ``_SyncSqliteStorage`` sets the pragma on
+  each of its connections), enqueued one task at a time (huey has no bulk enqueue), drained
+  by huey's own ``Consumer`` with 4 worker threads (or the tuned count), in this process.
 
 Run by hand: ``python bench/peers.py --dsn postgresql://postgres@127.0.0.1:5432/test``.
 """
@@ -418,14 +422,47 @@ async def drain_procrastinate(
     return n / elapsed
 
 
+#: ``PRAGMA synchronous`` reads back as a number.
+_SYNCHRONOUS_CODES = {"off": 0, "normal": 1, "full": 2, "extra": 3}
+
+
+def _sync_huey_class(synchronous: str | None) -> Any:
+    """``SqliteHuey`` whose connections run at ``PRAGMA synchronous=<synchronous>``.
+
+    huey's ``SqliteStorage`` sets the pragma only through ``fsync`` (True: FULL, False:
+    OFF, None: SQLite's compiled-in default), so a subclass sets it after huey's own
+    connection setup. ``None`` keeps huey exactly as shipped.
+    """
+    from huey import SqliteHuey  # type: ignore[import-untyped]
+    from huey.storage import SqliteStorage  # type: ignore[import-untyped]
+
+    if synchronous is None:
+        return SqliteHuey
+
+    class _SyncSqliteStorage(SqliteStorage):  # type: ignore[misc]
+        def _create_connection(self) -> Any:
+            conn = super()._create_connection()
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            return conn
+
+    class _SyncSqliteHuey(SqliteHuey):  # type: ignore[misc]
+        storage_class = _SyncSqliteStorage
+
+    return _SyncSqliteHuey
+
+
 def drain_huey(
     path: str,
     n: int,
     *,
     workers: int = HUEY_WORKERS,
+    synchronous: str | None = None,
     time_limit: float = DEFAULT_TIMEOUT,
 ) -> float:
     """Drain ``n`` no-op Huey tasks from a SqliteHuey file with huey's consumer; return jobs/s.
+
+    ``synchronous`` (``"normal"``, ``"full"``) sets SQLite's ``synchronous`` pragma on every
+    huey connection; ``None`` leaves huey's default (SQLite's compiled-in one).
 
     Any SQLite file (and its ``-wal``/``-shm`` files) already at ``path`` is removed first,
     so the queue starts empty; the file is left for the caller afterwards. Tasks are
@@ -435,7 +472,6 @@ def drain_huey(
     ``time_limit`` seconds and ``PeerCheckError`` if any task failed or tasks remain queued.
     """
     # huey ships no type information.
-    from huey import SqliteHuey  # type: ignore[import-untyped]
     from huey.consumer import Consumer  # type: ignore[import-untyped]
     from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR  # type: ignore[import-untyped]
 
@@ -456,7 +492,13 @@ def drain_huey(
         with contextlib.suppress(FileNotFoundError):
             os.remove(path + suffix)
 
-    huey = SqliteHuey(name="tether-bench", filename=path)
+    huey = _sync_huey_class(synchronous)(name="tether-bench", filename=path)
+    if synchronous is not None:
+        # Every huey connection is built the same way; check that the pragma held on one.
+        level = int(huey.storage.conn.execute("PRAGMA synchronous").fetchone()[0])
+        if level != _SYNCHRONOUS_CODES[synchronous.lower()]:
+            huey.storage.close()
+            raise PeerCheckError(f"Huey: PRAGMA synchronous is {level}, not {synchronous}")
     lock = threading.Lock()
     completed = 0
     failed = 0

@@ -1,13 +1,19 @@
 """tether's benchmark: tether on SQLite and PostgreSQL beside peer queues, in one run.
 
-``make bench`` runs ``python bench/run.py``. It measures, prints a table with ratios and
-a PASS/MISS summary against the targets, and writes ``bench/RESULTS.md``:
+``make bench`` runs ``python bench/run.py --sweep``. It measures, prints a table with
+ratios and a PASS/MISS summary against the targets, and writes ``bench/RESULTS.md``:
 
 1. **Drain rate** of no-op jobs, jobs/s: tether on PostgreSQL and on SQLite, PgQueuer 1.6
-   (PostgreSQL), Procrastinate 3.x (PostgreSQL) and Huey (SQLite). Jobs are enqueued in
-   bulk first, untimed; then one in-process consumer drains them. Each drain runs
+   (PostgreSQL), Procrastinate 3.x (PostgreSQL) and Huey (SQLite), every one on the same
+   number of jobs. Jobs are enqueued in bulk first, untimed; then one in-process consumer
+   drains them. Each system first runs an untimed warm-up drain; then each drain runs
    ``--repeat`` times, in rounds that interleave every system (rotating the order), and
-   the median counts.
+   the median counts. Only equal settings are paired: tether's and PgQueuer's defaults;
+   each one's tuned setting (``--sweep`` finds the best of a small grid, else a preset);
+   tether and Huey on SQLite at the same ``synchronous`` level, ``normal`` and ``full``.
+   Also: the drain beside a million finished jobs against an empty table's, with the
+   claim latency of a single job in both; and 1, 2, 4, 8 worker processes draining
+   together on PostgreSQL (``bench/bigtable.py`` loads the finished jobs).
 2. **Cancellation latency** of a running async job waiting on ``ctx.cancelled``: from just
    before ``app.cancel(id, wait=0)`` until the handler sees the signal. In-process (worker
    and caller share a process, as in PgQueuer's figure) and cross-process (the worker is a
@@ -51,11 +57,14 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+import bigtable
 import cancel_executors
 import graphs
 import peers
 import workerapp
 from tether import App, JobContext, JobState, WorkerConfig
+from tether.config import DEFAULT_QUEUE, AppConfig, RetentionConfig
+from tether.job import Outcome
 from workerapp import MARKS, read_mark
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -63,7 +72,8 @@ RESULTS_PATH = BENCH_DIR / "RESULTS.md"
 DEFAULT_ADMIN_DSN = os.environ.get("TETHER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 NOOP = "bench.noop"
-#: The drain configuration: enough slots that claiming, not the slot count, sets the pace.
+#: tether's preset tuned drain setting (without ``--sweep``): enough slots that claiming,
+#: not the slot count, sets the pace.
 DRAIN_CONFIG = WorkerConfig(concurrency=200, claim_batch=50)
 DEFAULT_CONFIG = WorkerConfig()
 #: Jobs per ``enqueue_many`` call (one transaction each).
@@ -106,9 +116,19 @@ class BenchError(RuntimeError):
 class Plan:
     """How much to measure."""
 
+    #: Jobs per timed drain, the same for every system (Procrastinate included).
     jobs: int = 20_000
-    procrastinate_jobs: int = 5_000
     repeat: int = 3
+    #: Jobs in each system's untimed warm-up drain.
+    warmup_jobs: int = 2_000
+    #: Jobs per candidate drain in the ``--sweep`` for tuned settings, and its rounds.
+    sweep_jobs: int = 5_000
+    sweep_rounds: int = 2
+    #: Finished jobs in the table for the million-row drain, and claim-latency samples.
+    million_rows: int = 1_000_000
+    latency_samples: int = 50
+    #: Worker processes draining together in the scaling row.
+    scale_processes: tuple[int, ...] = (1, 2, 4, 8)
     cancel_samples: int = 100
     xproc_samples: int = 20
     recovery_rounds: int = 10
@@ -123,8 +143,6 @@ class Plan:
     cascade_rounds: int = 1
     release_dependents: int = 1_000
     release_rounds: int = 5
-    #: Also drain with the default WorkerConfig (in the first round only: it is slow).
-    default_config: bool = True
 
     @property
     def cascade_jobs(self) -> int:
@@ -136,8 +154,12 @@ class Plan:
         """A plan that finishes in about a minute."""
         return cls(
             jobs=2_000,
-            procrastinate_jobs=500,
             repeat=1,
+            warmup_jobs=200,
+            sweep_jobs=1_000,
+            sweep_rounds=1,
+            million_rows=100_000,
+            latency_samples=10,
             cancel_samples=20,
             xproc_samples=5,
             recovery_rounds=3,
@@ -149,7 +171,6 @@ class Plan:
             cascade_rounds=1,
             release_dependents=1_000,
             release_rounds=2,
-            default_config=False,
         )
 
 
@@ -168,6 +189,11 @@ class Results:
     exec_cancel: dict[str, cancel_executors.ExecutorLatencies] = field(default_factory=dict)
     cascade: dict[str, list[graphs.CascadeRun]] = field(default_factory=dict)
     release: dict[str, list[graphs.ReleaseRun]] = field(default_factory=dict)
+    #: ``--sweep`` runs: system -> (candidate, jobs/s), in the order run.
+    sweep: dict[str, list[tuple[str, list[float]]]] = field(default_factory=dict)
+    million: dict[str, MillionRun] = field(default_factory=dict)
+    #: Scaling: worker processes -> jobs/s per round.
+    scaling: dict[int, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     #: Things worth knowing about this run (retries), for the report.
     notes: list[str] = field(default_factory=list)
@@ -293,17 +319,24 @@ async def _await_count(
             last = now
 
 
-async def tether_drain(url: str, n: int, config: WorkerConfig) -> tuple[float, float]:
+async def tether_drain(
+    url: str, n: int, config: WorkerConfig, *, app_config: AppConfig | None = None
+) -> tuple[float, float | None]:
     """Drain ``n`` no-op jobs with one in-process worker; return (jobs/s, enqueue jobs/s).
 
     The jobs are enqueued with ``app.enqueue_many`` in chunks before the clock starts.
-    The clock runs from just before ``worker.start()`` until every job is ``succeeded`` in
-    the database: the handlers count themselves, and only once the last one has run is
-    the store polled (every 5 ms) for the completer's last batch.
+    The clock runs from just before ``worker.start()`` until the store has accepted the
+    ``n``-th outcome: the App's store instance has its ``finish`` method wrapped to count
+    the outcomes each call accepted (no polling, so the cost of the check does not grow
+    with the table). Afterwards, untimed, ``app.stats()`` must show ``n`` more jobs
+    ``succeeded`` than before: jobs already in the database (the million-row drain's
+    finished ones) stay there and are not counted.
     """
-    app = App(url)
+    app = App(url, config=app_config)
     done = asyncio.Event()
+    written_all = asyncio.Event()
     ran = 0
+    written = 0
 
     @app.task(name=NOOP)
     async def noop(ctx: JobContext) -> None:
@@ -313,9 +346,22 @@ async def tether_drain(url: str, n: int, config: WorkerConfig) -> tuple[float, f
             done.set()
 
     async def describe() -> str:
-        return f"job states: {await app.stats()}"
+        return f"{ran} handlers ran, {written} outcomes written; job states: {await app.stats()}"
 
     try:
+        store = await app.store()
+        finish = store.finish
+
+        async def counted_finish(worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+            nonlocal written
+            accepted = await finish(worker_id, outcomes)
+            written += len(accepted)
+            if written >= n:
+                written_all.set()
+            return accepted
+
+        store.finish = counted_finish  # type: ignore[method-assign]
+        before = await app.stats()
         start = time.perf_counter()
         for size in _chunks(n, ENQUEUE_CHUNK):
             await app.enqueue_many([(noop, {})] * size)
@@ -325,138 +371,459 @@ async def tether_drain(url: str, n: int, config: WorkerConfig) -> tuple[float, f
         await worker.start()
         try:
             await _await_count(done, lambda: ran, n, DRAIN_TIME_LIMIT, "tether drain", describe)
-            while True:
-                stats = await app.stats()
-                if stats["succeeded"] + stats["failed"] + stats["cancelled"] >= n:
-                    break
-                if time.perf_counter() - start > DRAIN_TIME_LIMIT:
-                    raise BenchError(f"tether drain: outcomes not all written: {stats}")
-                await asyncio.sleep(0.005)
+            await _await_count(
+                written_all, lambda: written, n, DRAIN_TIME_LIMIT, "tether outcomes", describe
+            )
             elapsed = time.perf_counter() - start
         finally:
             await asyncio.wait_for(worker.stop(), 60)
-        if stats["succeeded"] != n or ran != n:
-            raise BenchError(f"tether drain: {ran} handlers ran, job states {stats}; expected {n}")
+        stats = await app.stats()
+        if stats["succeeded"] - before["succeeded"] != n or ran != n or written != n:
+            raise BenchError(
+                f"tether drain: {ran} handlers ran, {written} outcomes written, job states "
+                f"{stats} (before: {before}); expected {n}"
+            )
         return n / elapsed, enqueue_rate
     finally:
         await app.close()
 
 
+#: A drain's runner: jobs in, (jobs/s, enqueue jobs/s or None for peers) out.
+Runner = Callable[[int], tuple[float, float | None]]
+
+
 @dataclass(frozen=True)
 class Drainer:
-    """One system's drain, runnable once per round."""
+    """One system's drain, runnable once per round (every system drains ``plan.jobs``)."""
 
     label: str
-    jobs: int
-    run: Callable[[int], float]
+    run: Runner
     setting: str
-    #: Run in the first this-many rounds only (``None``: every round).
-    rounds: int | None = None
 
 
-def _drainers(plan: Plan, admin_dsn: str | None, results: Results) -> list[Drainer]:
-    def tether_pg(config: WorkerConfig, label: str) -> Callable[[int], float]:
-        def run(n: int) -> float:
-            assert admin_dsn is not None
-            with peers.fresh_database(admin_dsn, "bench_tether") as url:
-                rate, enq = asyncio.run(tether_drain(url, n, config))
-            results.enqueue.setdefault(label, []).append(enq)
-            return rate
+@dataclass(frozen=True)
+class Tuned:
+    """Each system's tuned setting: a preset, or the best of a ``--sweep``."""
 
-        return run
+    tether_pg: WorkerConfig
+    pgq_batch: int
+    tether_sqlite: WorkerConfig
+    huey_workers: int
+    swept: bool
 
-    def tether_sqlite(config: WorkerConfig, label: str) -> Callable[[int], float]:
-        def run(n: int) -> float:
-            with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
-                rate, enq = asyncio.run(tether_drain(f"sqlite:///{tmp}/tether.db", n, config))
-            results.enqueue.setdefault(label, []).append(enq)
-            return rate
 
-        return run
+PRESET_TUNED = Tuned(DRAIN_CONFIG, 50, DRAIN_CONFIG, peers.HUEY_WORKERS, swept=False)
+#: The ``--sweep`` grids: tether's concurrency x claim_batch, PgQueuer's batch_size,
+#: huey's worker threads.
+SWEEP_TETHER = tuple(
+    WorkerConfig(concurrency=c, claim_batch=b) for c in (50, 100, 200) for b in (25, 50, 100)
+)
+SWEEP_PGQ = (10, 50, 100)
+SWEEP_HUEY = (2, 4, 8)
+#: SQLite's ``synchronous`` levels both SQLite systems run at, pairwise.
+SYNC_LEVELS = ("normal", "full")
+#: The retention of the million-row drain: nothing is pruned.
+NO_PRUNING = AppConfig(
+    retention=RetentionConfig(succeeded=None, failed=None, cancelled=None, audit=None, workers=None)
+)
 
-    def pgqueuer(n: int) -> float:
-        assert admin_dsn is not None
+
+def _cfg(config: WorkerConfig) -> str:
+    return f"concurrency={config.concurrency}, claim_batch={config.claim_batch}"
+
+
+def _tether_pg(admin_dsn: str, config: WorkerConfig) -> Runner:
+    def run(n: int) -> tuple[float, float | None]:
+        with peers.fresh_database(admin_dsn, "bench_tether") as url:
+            return asyncio.run(tether_drain(url, n, config))
+
+    return run
+
+
+def _tether_sqlite(config: WorkerConfig, synchronous: str) -> Runner:
+    def run(n: int) -> tuple[float, float | None]:
+        with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
+            url = f"sqlite:///{tmp}/tether.db?synchronous={synchronous}"
+            return asyncio.run(tether_drain(url, n, config))
+
+    return run
+
+
+def _pgqueuer(admin_dsn: str, batch_size: int) -> Runner:
+    def run(n: int) -> tuple[float, float | None]:
         with peers.fresh_database(admin_dsn, "bench_pgq") as dsn:
-            return asyncio.run(peers.drain_pgqueuer(dsn, n))
+            return asyncio.run(peers.drain_pgqueuer(dsn, n, batch_size=batch_size)), None
 
-    def procrastinate(n: int) -> float:
-        assert admin_dsn is not None
+    return run
+
+
+def _procrastinate(admin_dsn: str) -> Runner:
+    def run(n: int) -> tuple[float, float | None]:
         with peers.fresh_database(admin_dsn, "bench_proc") as dsn:
-            return asyncio.run(peers.drain_procrastinate(dsn, n))
+            # An order of magnitude slower than the others: give it ten times as long.
+            rate = asyncio.run(peers.drain_procrastinate(dsn, n, time_limit=10 * DRAIN_TIME_LIMIT))
+            return rate, None
 
-    def huey(n: int) -> float:
+    return run
+
+
+def _huey(workers: int, synchronous: str) -> Runner:
+    def run(n: int) -> tuple[float, float | None]:
         with tempfile.TemporaryDirectory(prefix="bench_huey_") as tmp:
-            return peers.drain_huey(os.path.join(tmp, "huey.db"), n)
+            path = os.path.join(tmp, "huey.db")
+            return peers.drain_huey(path, n, workers=workers, synchronous=synchronous), None
 
-    drain_cfg = f"concurrency={DRAIN_CONFIG.concurrency}, claim_batch={DRAIN_CONFIG.claim_batch}"
-    default_cfg = (
-        f"default WorkerConfig (concurrency={DEFAULT_CONFIG.concurrency}, "
-        f"claim_batch={DEFAULT_CONFIG.claim_batch})"
-    )
+    return run
+
+
+def _drainers(admin_dsn: str | None, tuned: Tuned) -> list[Drainer]:
+    how = "chosen by --sweep" if tuned.swept else "preset; --sweep chooses"
     out: list[Drainer] = []
     if admin_dsn is not None:
         out += [
-            Drainer("tether-pg", plan.jobs, tether_pg(DRAIN_CONFIG, "tether-pg"), drain_cfg),
             Drainer(
-                "pgqueuer",
-                plan.jobs,
-                pgqueuer,
-                f"batch_size={peers.PGQ_BATCH_SIZE}, {peers.PGQ_DRIVER}",
+                "tether-pg defaults",
+                _tether_pg(admin_dsn, DEFAULT_CONFIG),
+                f"WorkerConfig() ({_cfg(DEFAULT_CONFIG)})",
+            ),
+            Drainer(
+                "pgqueuer defaults",
+                _pgqueuer(admin_dsn, peers.PGQ_BATCH_SIZE),
+                f"QueueManager.run() defaults (batch_size={peers.PGQ_BATCH_SIZE}, "
+                f"max_concurrent_tasks=None), {peers.PGQ_DRIVER}",
+            ),
+            Drainer(
+                "tether-pg tuned",
+                _tether_pg(admin_dsn, tuned.tether_pg),
+                f"{_cfg(tuned.tether_pg)} ({how})",
+            ),
+            Drainer(
+                "pgqueuer tuned",
+                _pgqueuer(admin_dsn, tuned.pgq_batch),
+                f"batch_size={tuned.pgq_batch}, {peers.PGQ_DRIVER} ({how})",
             ),
             Drainer(
                 "procrastinate",
-                plan.procrastinate_jobs,
-                procrastinate,
-                f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, n={plan.procrastinate_jobs}",
+                _procrastinate(admin_dsn),
+                f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, wait=False",
             ),
         ]
-    out += [
-        Drainer(
-            "tether-sqlite", plan.jobs, tether_sqlite(DRAIN_CONFIG, "tether-sqlite"), drain_cfg
-        ),
-        Drainer("huey", plan.jobs, huey, f"SqliteHuey, {peers.HUEY_WORKERS} threads"),
-    ]
-    if plan.default_config:
-        if admin_dsn is not None:
-            out.append(
-                Drainer(
-                    "tether-pg default",
-                    plan.jobs,
-                    tether_pg(DEFAULT_CONFIG, "tether-pg default"),
-                    default_cfg,
-                    rounds=1,
-                )
-            )
-        out.append(
+    for sync in SYNC_LEVELS:
+        out += [
             Drainer(
-                "tether-sqlite default",
-                plan.jobs,
-                tether_sqlite(DEFAULT_CONFIG, "tether-sqlite default"),
-                default_cfg,
-                rounds=1,
-            )
-        )
+                f"tether-sqlite {sync}",
+                _tether_sqlite(tuned.tether_sqlite, sync),
+                f"{_cfg(tuned.tether_sqlite)}, synchronous={sync} ({how})",
+            ),
+            Drainer(
+                f"huey {sync}",
+                _huey(tuned.huey_workers, sync),
+                f"SqliteHuey, {tuned.huey_workers} threads, synchronous={sync} ({how})",
+            ),
+        ]
     return out
 
 
-def measure_drains(plan: Plan, admin_dsn: str | None, results: Results) -> list[Drainer]:
-    """Run every drain ``plan.repeat`` times, interleaved in rounds of rotating order."""
-    drainers = _drainers(plan, admin_dsn, results)
+def _best(
+    results: Results,
+    admin_dsn: str | None,
+    plan: Plan,
+    system: str,
+    candidates: Sequence[tuple[str, T, Runner]],
+) -> T | None:
+    """Drain ``plan.sweep_jobs`` with every candidate in each of ``plan.sweep_rounds``
+    rounds (after an untimed warm-up; the order rotates by one each round); the value of
+    the candidate with the highest median, or ``None`` if none ran."""
+    attempt(
+        results, f"sweep {system} warm-up", admin_dsn, partial(candidates[0][2], plan.warmup_jobs)
+    )
+    rates: dict[str, list[float]] = {}
+    for rnd in range(plan.sweep_rounds):
+        shift = rnd % len(candidates)
+        for label, _, run in [*candidates[shift:], *candidates[:shift]]:
+            key = f"sweep {system} {label}"
+            if key in results.errors:
+                continue
+            got = attempt(results, key, admin_dsn, partial(run, plan.sweep_jobs))
+            if got is None:
+                continue
+            rates.setdefault(label, []).append(got[0])
+            print(f"  sweep {system:<14} {label:<32} {got[0]:9.0f} jobs/s", flush=True)
+    ranked = [
+        (statistics.median(rates[label]), value) for label, value, _ in candidates if label in rates
+    ]
+    results.sweep[system] = [(label, rates[label]) for label, _, _ in candidates if label in rates]
+    return max(ranked, key=lambda r: r[0])[1] if ranked else None
+
+
+def sweep(plan: Plan, admin_dsn: str | None, results: Results) -> Tuned:
+    """Each system's best setting on ``plan.sweep_jobs`` jobs, one run per candidate.
+
+    tether on SQLite and huey are swept at ``synchronous=normal``; the setting found is
+    used at both levels.
+    """
+    pg, pgq = PRESET_TUNED.tether_pg, PRESET_TUNED.pgq_batch
+    if admin_dsn is not None:
+        pg = (
+            _best(
+                results,
+                admin_dsn,
+                plan,
+                "tether-pg",
+                [(_cfg(c), c, _tether_pg(admin_dsn, c)) for c in SWEEP_TETHER],
+            )
+            or pg
+        )
+        pgq = (
+            _best(
+                results,
+                admin_dsn,
+                plan,
+                "pgqueuer",
+                [(f"batch_size={b}", b, _pgqueuer(admin_dsn, b)) for b in SWEEP_PGQ],
+            )
+            or pgq
+        )
+    lite = (
+        _best(
+            results,
+            admin_dsn,
+            plan,
+            "tether-sqlite",
+            [(_cfg(c), c, _tether_sqlite(c, "normal")) for c in SWEEP_TETHER],
+        )
+        or PRESET_TUNED.tether_sqlite
+    )
+    huey = (
+        _best(
+            results,
+            admin_dsn,
+            plan,
+            "huey",
+            [(f"{w} threads", w, _huey(w, "normal")) for w in SWEEP_HUEY],
+        )
+        or PRESET_TUNED.huey_workers
+    )
+    return Tuned(pg, pgq, lite, huey, swept=True)
+
+
+def measure_drains(
+    plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned
+) -> list[Drainer]:
+    """An untimed warm-up drain of every system, then ``plan.repeat`` timed rounds that
+    each run every system once, in an order that rotates by one each round."""
+    drainers = _drainers(admin_dsn, tuned)
+    for d in drainers:
+        got = attempt(results, f"{d.label} warm-up", admin_dsn, partial(d.run, plan.warmup_jobs))
+        if got is not None:
+            print(f"  warm-up            {d.label:<22} {got[0]:9.0f} jobs/s (untimed)", flush=True)
     for rnd in range(plan.repeat):
         shift = rnd % len(drainers)
         for d in drainers[shift:] + drainers[:shift]:
-            if d.label in results.errors or (d.rounds is not None and rnd >= d.rounds):
+            if d.label in results.errors:
                 continue
-            rate = attempt(results, d.label, admin_dsn, partial(d.run, d.jobs))
-            if rate is None:
+            got = attempt(results, d.label, admin_dsn, partial(d.run, plan.jobs))
+            if got is None:
                 continue
+            rate, enq = got
             results.drains.setdefault(d.label, []).append(rate)
+            if enq is not None:
+                results.enqueue.setdefault(d.label, []).append(enq)
             print(
                 f"  drain round {rnd + 1}/{plan.repeat}  {d.label:<22} {rate:9.0f} jobs/s"
-                f"  (n={d.jobs})",
+                f"  (n={plan.jobs})",
                 flush=True,
             )
     return drainers
+
+
+# -- a million finished rows -----------------------------------------------------------
+
+
+@dataclass
+class MillionRun:
+    """One store's drains beside a table of ``rows`` finished jobs, and claim latencies."""
+
+    rows: int
+    load_s: float = 0.0
+    empty: list[float] = field(default_factory=list)
+    loaded: list[float] = field(default_factory=list)
+    latency_empty: list[float] = field(default_factory=list)
+    latency_loaded: list[float] = field(default_factory=list)
+
+
+PROBE = "bench.probe"
+#: Idle time before each claim-latency sample, so the worker is waiting, not busy.
+LATENCY_GAP = 0.05
+
+
+async def claim_latency(url: str, samples: int) -> list[float]:
+    """Seconds from just before ``app.enqueue`` of one job until its handler starts.
+
+    An idle in-process worker with the default ``WorkerConfig``; one job at a time,
+    ``LATENCY_GAP`` apart. Pruning is off.
+    """
+    app = App(url, config=NO_PRUNING)
+    started: dict[int, float] = {}
+    ran = asyncio.Event()
+
+    @app.task(name=PROBE)
+    async def probe(ctx: JobContext) -> None:
+        started[ctx.id] = time.perf_counter()
+        ran.set()
+
+    out: list[float] = []
+    try:
+        worker = app.worker(DEFAULT_CONFIG)
+        await worker.start()
+        try:
+            for _ in range(samples):
+                await asyncio.sleep(LATENCY_GAP)
+                ran.clear()
+                sent = time.perf_counter()
+                job = await app.enqueue(probe)
+                await asyncio.wait_for(ran.wait(), EVENT_TIMEOUT)
+                out.append(started[job.id] - sent)
+        finally:
+            await asyncio.wait_for(worker.stop(), 60)
+    finally:
+        await app.close()
+    return out
+
+
+async def _migrate(url: str) -> None:
+    app = App(url)
+    try:
+        await app.store()
+    finally:
+        await app.close()
+
+
+def _million_store(
+    plan: Plan, admin_dsn: str | None, store: str, config: WorkerConfig
+) -> MillionRun:
+    """Load ``plan.million_rows`` finished jobs into one database, then in each round drain
+    ``plan.jobs`` there and in a fresh empty database (alternating which goes first)."""
+    out = MillionRun(plan.million_rows)
+
+    def drain(url: str, n: int) -> float:
+        return asyncio.run(tether_drain(url, n, config, app_config=NO_PRUNING))[0]
+
+    with tether_database(admin_dsn, store, "bench_million") as (big, _):
+        asyncio.run(_migrate(big))
+        out.load_s = bigtable.load_finished(big, plan.million_rows)
+        print(
+            f"  {store}: loaded {plan.million_rows} finished jobs in {out.load_s:.1f} s", flush=True
+        )
+        drain(big, plan.warmup_jobs)  # warm-up, untimed
+        out.latency_loaded = asyncio.run(claim_latency(big, plan.latency_samples))
+        for rnd in range(plan.repeat):
+            with tether_database(admin_dsn, store, "bench_empty") as (empty, _):
+                if rnd == 0:
+                    drain(empty, plan.warmup_jobs)
+                    out.latency_empty = asyncio.run(claim_latency(empty, plan.latency_samples))
+                if rnd % 2:
+                    out.loaded.append(drain(big, plan.jobs))
+                    out.empty.append(drain(empty, plan.jobs))
+                else:
+                    out.empty.append(drain(empty, plan.jobs))
+                    out.loaded.append(drain(big, plan.jobs))
+            print(
+                f"  {store} round {rnd + 1}/{plan.repeat}: empty {out.empty[-1]:.0f} jobs/s, "
+                f"{plan.million_rows} finished {out.loaded[-1]:.0f} jobs/s",
+                flush=True,
+            )
+    return out
+
+
+def measure_million(plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned) -> None:
+    """The million-finished-rows drain and claim latency, per store."""
+    for store in _stores(admin_dsn):
+        config = tuned.tether_pg if store == "tether-pg" else tuned.tether_sqlite
+        got = attempt(
+            results,
+            f"{store} million",
+            admin_dsn,
+            partial(_million_store, plan, admin_dsn, store, config),
+        )
+        if got is not None:
+            results.million[store] = got
+
+
+# -- scaling ---------------------------------------------------------------------------
+
+
+async def scaling_drain(
+    url: str, n: int, processes: int, config: WorkerConfig, workdir: Path
+) -> float:
+    """``n`` no-op jobs drained by ``processes`` worker processes together; jobs/s.
+
+    The jobs wait on a paused queue while the processes start and register; the clock
+    runs from ``app.resume_queue`` until ``app.stats()`` (polled every 20 ms) shows all
+    ``n`` succeeded, so process start-up is not timed.
+    """
+    app = workerapp.make_app(url)
+    try:
+        await app.store()
+        await app.pause_queue(DEFAULT_QUEUE)
+        for size in _chunks(n, ENQUEUE_CHUNK):
+            await app.enqueue_many([(workerapp.NOOP, {})] * size)
+        extra = ("--concurrency", str(config.concurrency), "--claim-batch", str(config.claim_batch))
+        async with contextlib.AsyncExitStack() as stack:
+            procs = []
+            for i in range(processes):
+                pdir = workdir / f"worker{i}"
+                procs.append(
+                    (await stack.enter_async_context(worker_process(url, pdir, *extra)), pdir)
+                )
+            for proc, pdir in procs:
+                await wait_registered(app, proc, pdir)
+            start = time.perf_counter()
+            await app.resume_queue(DEFAULT_QUEUE)
+            last, last_change = -1, start
+            while True:
+                stats = await app.stats()
+                now = time.perf_counter()
+                if stats["succeeded"] >= n:
+                    break
+                if stats["succeeded"] != last:
+                    last, last_change = stats["succeeded"], now
+                elif now - last_change > STALL_SECONDS:
+                    raise BenchError(f"scaling drain with {processes} processes stalled: {stats}")
+                await asyncio.sleep(0.02)
+            elapsed = now - start
+        if stats["succeeded"] != n:
+            raise BenchError(f"scaling drain: job states {stats}; expected {n} succeeded")
+        return n / elapsed
+    finally:
+        await app.close()
+
+
+def measure_scaling(plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned) -> None:
+    """1, 2, 4 and 8 worker processes on PostgreSQL, in rounds of rotating order."""
+    if admin_dsn is None:
+        return
+    counts = list(plan.scale_processes)
+
+    def run(k: int, n: int) -> float:
+        with tether_database(admin_dsn, "tether-pg", "bench_scale") as (url, tmp):
+            return asyncio.run(scaling_drain(url, n, k, tuned.tether_pg, tmp))
+
+    attempt(results, "scaling warm-up", admin_dsn, partial(run, 1, plan.warmup_jobs))
+    for rnd in range(plan.repeat):
+        shift = rnd % len(counts)
+        for k in counts[shift:] + counts[:shift]:
+            key = f"scaling {k} processes"
+            if key in results.errors:
+                continue
+            rate = attempt(results, key, admin_dsn, partial(run, k, plan.jobs))
+            if rate is None:
+                continue
+            results.scaling.setdefault(k, []).append(rate)
+            print(
+                f"  scaling round {rnd + 1}/{plan.repeat}  {k} processes {rate:9.0f} jobs/s",
+                flush=True,
+            )
 
 
 # -- worker subprocesses ---------------------------------------------------------------
@@ -1055,14 +1422,20 @@ def _status(ok: bool | None) -> str:
 
 
 #: (numerator, denominator, target) of the drain ratios reported; ``None``: no target.
+#: Only equal pairings carry a target: defaults vs defaults, tuned vs tuned, and SQLite
+#: at the same ``synchronous`` level.
 RATIOS: tuple[tuple[str, str, float | None], ...] = (
-    ("tether-pg", "pgqueuer", TARGET_PGQ_RATIO),
-    ("tether-sqlite", "huey", TARGET_HUEY_RATIO),
-    ("tether-pg", "procrastinate", None),
-    ("tether-sqlite", "tether-pg", None),
-    ("tether-pg default", "pgqueuer", None),
-    ("tether-sqlite default", "huey", None),
+    ("tether-pg defaults", "pgqueuer defaults", TARGET_PGQ_RATIO),
+    ("tether-pg tuned", "pgqueuer tuned", TARGET_PGQ_RATIO),
+    ("tether-sqlite normal", "huey normal", TARGET_HUEY_RATIO),
+    ("tether-sqlite full", "huey full", TARGET_HUEY_RATIO),
+    ("tether-pg tuned", "procrastinate", None),
+    ("tether-sqlite full", "tether-sqlite normal", None),
 )
+TARGET_MILLION_RATIO = 0.9
+#: "Must not collapse": with more processes than cores, each may get less done, but
+#: together they keep at least this share of one process's rate.
+TARGET_SCALING_RATIO = 0.8
 
 
 def _drain_tables(
@@ -1078,7 +1451,8 @@ def _drain_tables(
             runs = ", ".join(f"{r:.0f}" for r in rates)
         else:
             median, runs = "ERROR", results.errors.get(d.label, "not run")
-        rows.append((d.label, median, runs, str(d.jobs), enq_s, d.setting))
+        took = f"{plan.jobs / statistics.median(rates):.1f} s" if rates else "-"
+        rows.append((d.label, median, runs, str(plan.jobs), took, enq_s, d.setting))
     labels = {d.label for d in drainers}
     ratio_rows: list[Row] = []
     for a, b, target in RATIOS:
@@ -1097,15 +1471,152 @@ def _drain_tables(
         summary.append((f"drain {a} / {b}", shown, f">= {target:g}x", _status(ok)))
     return [
         Table(
-            f"Drain rate (jobs/s, median of {plan.repeat})",
-            ("system", "median", "runs", "jobs", "enqueue jobs/s", "settings"),
+            f"Drain rate (jobs/s, median of {plan.repeat} rounds after a warm-up; "
+            f"{plan.jobs} jobs for every system)",
+            ("system", "median", "runs", "jobs", "one drain", "enqueue jobs/s", "settings"),
             rows,
         ),
         Table(
-            "Drain ratios (ratio of medians; per-round ratios alongside)",
+            "Drain ratios at equal settings (ratio of medians; per-round ratios alongside)",
             ("ratio", "value", "per round", "target", "status"),
             ratio_rows,
         ),
+    ]
+
+
+def _sweep_table(results: Results, plan: Plan, tuned: Tuned | None) -> list[Table]:
+    if not results.sweep or tuned is None:
+        return []
+    chosen = {
+        "tether-pg": _cfg(tuned.tether_pg),
+        "pgqueuer": f"batch_size={tuned.pgq_batch}",
+        "tether-sqlite": _cfg(tuned.tether_sqlite),
+        "huey": f"{tuned.huey_workers} threads",
+    }
+    rows: list[Row] = [
+        (
+            system,
+            label,
+            f"{statistics.median(runs):.0f}",
+            ", ".join(f"{r:.0f}" for r in runs),
+            "chosen" if chosen.get(system) == label else "",
+        )
+        for system, candidates in results.sweep.items()
+        for label, runs in candidates
+    ]
+    return [
+        Table(
+            f"Sweep for the tuned settings ({plan.sweep_jobs} jobs per drain, median of "
+            f"{plan.sweep_rounds} rounds; SQLite at synchronous=normal)",
+            ("system", "setting", "median", "runs", ""),
+            rows,
+        )
+    ]
+
+
+def _p50_p99(samples: list[float]) -> str:
+    if not samples:
+        return "-"
+    return f"{_ms(statistics.median(samples))} / {_ms(percentile(samples, 99))}"
+
+
+def _million_table(results: Results, plan: Plan, summary: list[Row]) -> list[Table]:
+    keys = [s for s in STORES if s in results.million or f"{s} million" in results.errors]
+    if not keys:
+        return []
+    rows: list[Row] = []
+    for store in keys:
+        run = results.million.get(store)
+        if run is None or not run.empty or not run.loaded:
+            rows.append(
+                (store, "ERROR", results.errors.get(f"{store} million", "not run")) + ("",) * 5
+            )
+            continue
+        ratio = statistics.median(run.loaded) / statistics.median(run.empty)
+        per_round = ", ".join(f"{x / y:.2f}" for x, y in zip(run.loaded, run.empty, strict=False))
+        ok = ratio >= TARGET_MILLION_RATIO
+        rows.append(
+            (
+                store,
+                f"{statistics.median(run.empty):.0f}",
+                f"{statistics.median(run.loaded):.0f}",
+                f"{ratio:.2f}x ({per_round})",
+                _status(ok),
+                _p50_p99(run.latency_empty),
+                _p50_p99(run.latency_loaded),
+                f"{run.load_s:.1f} s",
+            )
+        )
+        summary.append(
+            (
+                f"drain with {run.rows} finished / empty, {store}",
+                f"{ratio:.2f}x",
+                f">= {TARGET_MILLION_RATIO:g}x",
+                _status(ok),
+            )
+        )
+    return [
+        Table(
+            f"Drain beside {plan.million_rows} finished jobs (jobs/s, median of {plan.repeat}; "
+            f"claim latency p50 / p99 of {plan.latency_samples} single jobs)",
+            (
+                "store",
+                "empty table",
+                f"{plan.million_rows} finished",
+                "ratio (per round)",
+                f">= {TARGET_MILLION_RATIO:g}x",
+                "claim latency, empty",
+                f"claim latency, {plan.million_rows} finished",
+                "load + ANALYZE",
+            ),
+            rows,
+        )
+    ]
+
+
+def _scaling_table(results: Results, plan: Plan, summary: list[Row]) -> list[Table]:
+    if not results.scaling and not any(k.startswith("scaling") for k in results.errors):
+        return []
+    base = results.scaling.get(1)
+    rows: list[Row] = []
+    for k in plan.scale_processes:
+        rates = results.scaling.get(k)
+        if not rates:
+            rows.append(
+                (str(k), "ERROR", results.errors.get(f"scaling {k} processes", "not run"), "", "")
+            )
+            continue
+        if base:
+            ratio = statistics.median(rates) / statistics.median(base)
+            ratio_s = f"{ratio:.2f}x"
+            per_round = ", ".join(f"{x / y:.2f}" for x, y in zip(rates, base, strict=False))
+            if k > 1:
+                summary.append(
+                    (
+                        f"scaling, {k} processes / 1",
+                        ratio_s,
+                        f"no collapse (>= {TARGET_SCALING_RATIO:g}x)",
+                        _status(ratio >= TARGET_SCALING_RATIO),
+                    )
+                )
+        else:
+            ratio_s, per_round = "-", "-"
+        rows.append(
+            (
+                str(k),
+                f"{statistics.median(rates):.0f}",
+                ", ".join(f"{r:.0f}" for r in rates),
+                ratio_s,
+                per_round,
+            )
+        )
+    return [
+        Table(
+            f"Scaling on PostgreSQL: worker processes draining {plan.jobs} jobs together "
+            f"(jobs/s, median of {plan.repeat})",
+            ("processes", "median", "runs", "ratio to 1 process", "per round"),
+            rows,
+        )
     ]
 
 
@@ -1363,10 +1874,15 @@ def _workflow_tables(results: Results, plan: Plan, summary: list[Row]) -> list[T
     return tables
 
 
-def build_tables(results: Results, drainers: list[Drainer], plan: Plan) -> list[Table]:
+def build_tables(
+    results: Results, drainers: list[Drainer], plan: Plan, tuned: Tuned | None = None
+) -> list[Table]:
     """The report's tables, from the measurements; the summary comes last."""
     summary: list[Row] = []
     tables = _drain_tables(results, drainers, plan, summary) if drainers else []
+    tables += _sweep_table(results, plan, tuned)
+    tables += _million_table(results, plan, summary)
+    tables += _scaling_table(results, plan, summary)
     tables += _cancel_table(results, summary)
     tables += _exec_cancel_table(results, summary)
     tables += _recovery_table(results, summary)
@@ -1422,8 +1938,12 @@ def render_markdown(
         f"| command | `{_md_cell(' '.join(['bench/run.py', *argv]))}` ({elapsed / 60:.1f} min) |"
     )
     lines.append(
-        f"| plan | {plan.jobs} jobs per drain (Procrastinate {plan.procrastinate_jobs}), "
-        f"{plan.repeat} round(s); {plan.cancel_samples} in-process and {plan.xproc_samples} "
+        f"| plan | {plan.jobs} jobs per drain for every system, after a {plan.warmup_jobs}-job "
+        f"warm-up; {plan.repeat} round(s); sweep {plan.sweep_jobs} jobs x "
+        f"{plan.sweep_rounds} round(s) per candidate; "
+        f"{plan.million_rows} finished rows, {plan.latency_samples} claim-latency samples; "
+        f"{'/'.join(map(str, plan.scale_processes))} worker processes; "
+        f"{plan.cancel_samples} in-process and {plan.xproc_samples} "
         f"cross-process cancel samples; {plan.recovery_rounds} recovery rounds; "
         f"{plan.memory_jobs} jobs for memory; {plan.exec_samples} per-executor cancel samples "
         f"per store (process {plan.exec_process_samples}); a {plan.cascade_jobs}-job cascade "
@@ -1444,24 +1964,52 @@ def render_markdown(
 
 
 METHOD = f"""
-- **Drain**: `n` no-op jobs are enqueued first (tether: `app.enqueue_many` in chunks of
-  {ENQUEUE_CHUNK}, one transaction each; the "enqueue jobs/s" column), untimed for the
-  drain. One in-process consumer then drains them. tether: a `Worker` with
-  `WorkerConfig(concurrency={DRAIN_CONFIG.concurrency}, claim_batch={DRAIN_CONFIG.claim_batch})`
-  (the "default" rows use the default `WorkerConfig()` and run in the first round only,
-  as they are slow), timed from just before
-  `worker.start()` until every job is `succeeded` in the database (the handlers count
-  themselves and set an event at `n`; only then is the store polled every 5 ms for the
-  last outcome batch). PostgreSQL databases are fresh (`peers.fresh_database`); SQLite
-  files are fresh in a temp dir. Peers as in `bench/peers.py`: PgQueuer 1.6 one
-  `QueueManager` on asyncpg, `batch_size={peers.PGQ_BATCH_SIZE}`, timed until `run()`
-  returns after the final status flush; Procrastinate one worker with
-  `concurrency={peers.PROCRASTINATE_CONCURRENCY}`, `wait=False`, on fewer jobs because it
-  is an order of magnitude slower (in a trial its rate did not grow with `n`: 235/s at
-  2,000 jobs, 177/s at 5,000); Huey `SqliteHuey` with its own consumer,
-  {peers.HUEY_WORKERS} threads. Every round runs every system once, the order rotating by
-  one each round. Ratios are ratios of medians; the per-round ratios pair runs that were
-  close in time.
+- **Drain**: every system drains the same `n` no-op jobs (the plan line above), enqueued
+  first and untimed (tether: `app.enqueue_many` in chunks of {ENQUEUE_CHUNK}, one transaction
+  each; the "enqueue jobs/s" column). Before the timed rounds each system runs one untimed
+  warm-up drain of fewer jobs. One in-process consumer then drains. tether: a `Worker`,
+  timed from just before `worker.start()` until the store has accepted the `n`-th outcome
+  (the App's store instance has `finish` wrapped to count the outcomes each call
+  accepted: no polling, whose cost would grow with the table); afterwards, untimed,
+  `app.stats()` must show exactly `n` more `succeeded` jobs. PostgreSQL databases are fresh
+  (`peers.fresh_database`); SQLite files are fresh in a temp dir. Peers as in
+  `bench/peers.py`: PgQueuer 1.6 one `QueueManager` on asyncpg, timed until `run()` returns
+  after the final status flush; Procrastinate one worker with
+  `concurrency={peers.PROCRASTINATE_CONCURRENCY}`, `wait=False` (it is an order of magnitude
+  slower, so its drains take the longest: the "one drain" column gives each system's
+  time, for Procrastinate 80-160 s at 20,000 jobs on this machine, depending on load);
+  Huey `SqliteHuey` with its own consumer (threads). Every round runs every system once,
+  the order rotating by one each round. Ratios are ratios of medians; the per-round ratios
+  pair runs that were close in time.
+- **Pairings**: only equal settings are compared against a target. *Defaults*: tether's
+  `WorkerConfig()` (concurrency={DEFAULT_CONFIG.concurrency},
+  claim_batch={DEFAULT_CONFIG.claim_batch}) against PgQueuer's `QueueManager.run()` defaults
+  (`batch_size={peers.PGQ_BATCH_SIZE}`, no `max_concurrent_tasks` cap). *Tuned*: each
+  system's best setting from `--sweep` (tether concurrency {{50, 100, 200}} x claim_batch
+  {{25, 50, 100}}; PgQueuer batch_size {{{", ".join(map(str, SWEEP_PGQ))}}}; Huey
+  {{{", ".join(map(str, SWEEP_HUEY))}}} threads): the highest median of rounds that drain
+  fewer jobs with every candidate, the order rotating (the sweep table); without
+  `--sweep` a preset (tether {_cfg(PRESET_TUNED.tether_pg)}, PgQueuer
+  batch_size={PRESET_TUNED.pgq_batch}, Huey {PRESET_TUNED.huey_workers} threads), as the
+  settings column says. *SQLite*: tether (`sqlite:///...?synchronous=LEVEL`) and Huey
+  (`PRAGMA synchronous=LEVEL` on each of its connections, see `bench/peers.py`) run at the
+  same level, both `normal` and both `full`, both in WAL mode.
+- **Million finished rows** (tether, each store): one database is loaded with
+  finished (`succeeded`) jobs and their three event rows each by `bench/bigtable.py`, one
+  set-based INSERT per table (`generate_series` on PostgreSQL, a recursive CTE on SQLite;
+  the insert triggers are off for that one transaction), then `ANALYZE`. Pruning is off
+  (every retention `None`). After an untimed warm-up drain, each round drains `n` jobs in
+  it and in a fresh empty database (the order alternating), with the tuned tether
+  setting; the loaded database keeps the jobs of earlier rounds (`n` per round, small
+  beside the million). *Claim latency*: an idle in-process worker (`WorkerConfig()`);
+  one job at a time, {LATENCY_GAP * 1000:.0f} ms apart, from just before `app.enqueue()` until
+  its handler's first `perf_counter()` reading.
+- **Scaling** (PostgreSQL): `n` jobs are enqueued on a paused queue; 1, 2, 4 or 8
+  `bench/workerapp.py` worker processes (the tuned tether setting each) start and
+  register; the clock runs from `app.resume_queue()` until `app.stats()` (polled every
+  20 ms) shows all `n` succeeded. A fresh database per run; rounds rotate the order. The
+  figure is the ratio of medians to 1 process; the machine has the CPU count above, so
+  beyond it processes share cores with each other and with PostgreSQL.
 - **Cancellation**: one job at a time waits on `ctx.cancelled`; {CANCEL_SETTLE * 1000:.0f} ms
   after it started, the clock starts just before `app.cancel(id, wait=0)` (a request
   only) and stops at the handler's `time.perf_counter()` when it sees the signal; the job
@@ -1558,7 +2106,16 @@ def check_postgres(dsn: str) -> str | None:
 
 
 #: The ``--only`` choices, in the order they run.
-SECTIONS = ["drain", "cancel", "cancel-executors", "recovery", "memory", "workflows"]
+SECTIONS = [
+    "drain",
+    "million",
+    "scaling",
+    "cancel",
+    "cancel-executors",
+    "recovery",
+    "memory",
+    "workflows",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1569,9 +2126,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="few jobs and samples: a fast check")
     parser.add_argument("--repeat", type=int, help="drain rounds (default 3; quick 1)")
-    parser.add_argument("--jobs", type=int, help="jobs per drain (default 20000; quick 2000)")
     parser.add_argument(
-        "--procrastinate-jobs", type=int, help="jobs per Procrastinate drain (default 5000)"
+        "--jobs", type=int, help="jobs per drain, every system (default 20000; quick 2000)"
+    )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="first find each system's best drain setting by a small sweep and use it for "
+        "the tuned rows (default: a preset)",
+    )
+    parser.add_argument(
+        "--million-rows",
+        type=int,
+        help="finished jobs in the table for the million-row drain (default 1000000; quick 100000)",
     )
     parser.add_argument(
         "--only",
@@ -1596,11 +2163,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {
         "repeat": args.repeat,
         "jobs": args.jobs,
-        "procrastinate_jobs": args.procrastinate_jobs,
+        "million_rows": args.million_rows,
     }
     plan = Plan(**{**plan.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
-    if min(plan.repeat, plan.jobs, plan.procrastinate_jobs) < 1:
-        parser.error("--repeat, --jobs and --procrastinate-jobs must be at least 1")
+    if min(plan.repeat, plan.jobs, plan.million_rows) < 1:
+        parser.error("--repeat, --jobs and --million-rows must be at least 1")
     output = args.output if args.output is not None else (None if args.quick else RESULTS_PATH)
     sections = set(args.only or SECTIONS)
 
@@ -1615,9 +2182,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = Results()
     drainers: list[Drainer] = []
+    tuned = PRESET_TUNED
+    if args.sweep and sections & {"drain", "million", "scaling"}:
+        print(f"\nSweep: {plan.sweep_jobs} jobs per candidate", flush=True)
+        tuned = sweep(plan, admin_dsn, results)
     if "drain" in sections:
         print(f"\nDrain: {plan.jobs} no-op jobs, {plan.repeat} interleaved rounds", flush=True)
-        drainers = measure_drains(plan, admin_dsn, results)
+        drainers = measure_drains(plan, admin_dsn, results, tuned)
+    if "million" in sections:
+        print(f"\nDrain beside {plan.million_rows} finished jobs, {plan.repeat} rounds", flush=True)
+        measure_million(plan, admin_dsn, results, tuned)
+    if "scaling" in sections:
+        print(f"\nScaling: {plan.scale_processes} worker processes", flush=True)
+        measure_scaling(plan, admin_dsn, results, tuned)
     if "cancel" in sections:
         print(f"\nCancellation latency: {plan.cancel_samples} in-process samples", flush=True)
         measure_cancellation(plan, admin_dsn, results)
@@ -1644,7 +2221,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
-    tables = build_tables(results, drainers, plan)
+    tables = build_tables(results, drainers, plan, tuned)
     print(render_console(tables))
     print(f"\n{elapsed / 60:.1f} min; load average {info['load']} -> {info['load_end']}")
     if output is not None:

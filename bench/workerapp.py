@@ -11,7 +11,8 @@ Its tasks stand in for real work:
   any later attempt returns at once;
 - ``bench.wait_cancel``: waits on ``ctx.cancelled`` and raises ``Cancelled`` once it is set
   (the cancellation-latency benchmark);
-- ``bench.sleep``: ``asyncio.sleep(seconds)`` (the memory benchmark).
+- ``bench.sleep``: ``asyncio.sleep(seconds)`` (the memory benchmark);
+- ``bench.noop``: returns at once (the scaling benchmark's drain).
 
 Handlers record the moments that matter (``started``, ``observed``, ``restarted``) with
 ``time.perf_counter()`` in :data:`MARKS`. ``perf_counter`` is ``CLOCK_MONOTONIC`` on Linux,
@@ -35,6 +36,7 @@ from tether import App, JobContext, WorkerConfig
 HANG = "bench.hang"
 WAIT_CANCEL = "bench.wait_cancel"
 SLEEP = "bench.sleep"
+NOOP = "bench.noop"
 
 #: How long ``bench.hang`` hangs on its first attempt: far longer than any benchmark.
 HANG_SECONDS = 3600.0
@@ -131,6 +133,10 @@ def make_app(url: str) -> App:
         """Sleep; stands in for a job waiting on I/O."""
         await asyncio.sleep(seconds)
 
+    @app.task(name=NOOP)
+    async def noop(ctx: JobContext) -> None:
+        """Nothing: a drain measures the queue, not the work."""
+
     return app
 
 
@@ -139,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("url", help="the database URL")
     parser.add_argument("--marks", type=Path, help="directory to write mark files into")
-    parser.add_argument("--concurrency", type=int)
-    parser.add_argument("--claim-batch", type=int)
-    parser.add_argument("--stop-timeout", type=float)
+    parser.add_argument("--concurrency", type=int, help="WorkerConfig.concurrency")
+    parser.add_argument("--claim-batch", type=int, help="WorkerConfig.claim_batch")
+    parser.add_argument("--stop-timeout", type=float, help="WorkerConfig.stop_timeout")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d %(name)s: %(message)s")

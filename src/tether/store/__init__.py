@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from tether.errors import ConfigError, InvalidJobError
 from tether.store.base import Store
@@ -15,7 +15,43 @@ __all__ = [
     "create_store",
     "memory_url",
     "parse_sqlite_path",
+    "sqlite_synchronous",
 ]
+
+#: SQLite ``synchronous`` levels a URL may ask for (``?synchronous=full``). ``off`` is not
+#: one: it lets a crash of the operating system corrupt the file.
+SYNCHRONOUS_LEVELS = ("normal", "full", "extra")
+DEFAULT_SYNCHRONOUS = "normal"
+
+
+def _split_sqlite_options(path: str) -> tuple[str, dict[str, str]]:
+    """Split tether's own options (``synchronous``) off a SQLite URL's path."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path, {}
+    pairs = parse_qsl(query, keep_blank_values=True)
+    ours = {k: v for k, v in pairs if k == "synchronous"}
+    rest = [(k, v) for k, v in pairs if k != "synchronous"]
+    if rest and not base.startswith("file:"):
+        names = ", ".join(sorted({k for k, _ in rest}))
+        raise ConfigError(f"unknown SQLite URL option(s) {names}: only synchronous is known")
+    return (f"{base}?{urlencode(rest)}" if rest else base), ours
+
+
+def sqlite_synchronous(url: str) -> str:
+    """The ``synchronous`` level a SQLite URL asks for (``normal`` unless it says).
+
+    ``sqlite:///tether.db?synchronous=full`` makes every commit wait for the disk, so an
+    operating-system crash or power loss cannot lose it either; ``normal`` (the default)
+    in WAL mode survives any crash of the process.
+    """
+    level = _split_sqlite_options(url)[1].get("synchronous", DEFAULT_SYNCHRONOUS).lower()
+    if level not in SYNCHRONOUS_LEVELS:
+        raise ConfigError(
+            f"unknown SQLite synchronous level {level!r} in {url!r}: use "
+            + ", ".join(SYNCHRONOUS_LEVELS)
+        )
+    return level
 
 
 def parse_sqlite_path(url: str) -> str:
@@ -23,7 +59,7 @@ def parse_sqlite_path(url: str) -> str:
     prefix = "sqlite:///"
     if not url.startswith(prefix):
         raise ConfigError(f"malformed SQLite URL {url!r}: expected sqlite:///path/to/file.db")
-    path = url[len(prefix) :]
+    path = _split_sqlite_options(url[len(prefix) :])[0]
     if not path or path.endswith("/"):
         raise ConfigError(f"malformed SQLite URL {url!r}: it names no file")
     if path.startswith("file:tether-") and "mode=memory" in path:
@@ -56,7 +92,7 @@ def create_store(url: str) -> Store:
     if scheme == "sqlite":
         from tether.store.sqlite import SqliteStore
 
-        return SqliteStore(url, parse_sqlite_path(url))
+        return SqliteStore(url, parse_sqlite_path(url), synchronous=sqlite_synchronous(url))
     if scheme in ("postgresql", "postgres"):
         parts = urlsplit(url)
         if not parts.hostname and not parts.path.strip("/") and "host=" not in (parts.query or ""):

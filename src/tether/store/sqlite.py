@@ -94,9 +94,13 @@ class SqliteStore:
 
     dialect = "sqlite"
 
-    def __init__(self, url: str, path: str, *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, path: str, *, busy_timeout: float = 30.0, synchronous: str = "normal"
+    ) -> None:
         self.url = url
         self.path = path
+        # One of "normal", "full", "extra" (validated by the URL parser).
+        self._synchronous = synchronous
         self.hints = Hints()
         self._busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
@@ -151,7 +155,7 @@ class SqliteStore:
         )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
         conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
         self._conn = conn
 
