@@ -506,6 +506,31 @@ def test_workers_lists_active_ones_unless_all(runner: CliRunner, sqlite_url: str
     assert "alpha" in table.stdout and "1 stopped or dead not shown" in table.stdout
 
 
+def test_a_job_no_worker_serves_is_flagged_by_show_queue_list_and_workers(
+    runner: CliRunner, sqlite_url: str
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+
+    async def go(store: Store) -> None:
+        await store.register_worker("h:1:a", "alpha", "h", 1, None, ["mail"], 4, ["mail.send"])
+
+    with_store(sqlite_url, go)
+    why = "no worker serves task hello on queue default (no worker listens on this queue)"
+    show = tether(runner, "job", "show", str(job.id), "-d", sqlite_url)
+    assert show.exit_code == 0, show.output
+    assert f"⚠ waiting forever: {why}" in " ".join(show.stdout.split())
+    data = json.loads(tether(runner, "job", "show", str(job.id), "-d", sqlite_url, "--json").stdout)
+    assert data["unserved"] == why
+    queues = tether(runner, "queue", "list", "-d", sqlite_url)
+    assert f"⚠ queue default: 1 waiting job(s): {why}" in " ".join(queues.stdout.split())
+    (queue,) = json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
+    assert [u["task"] for u in queue["unserved"]] == ["hello"]
+    (worker,) = json.loads(tether(runner, "workers", "-d", sqlite_url, "--json").stdout)
+    assert (worker["queues"], worker["tasks"]) == (["mail"], ["mail.send"])
+    table = tether(runner, "workers", "-d", sqlite_url).stdout
+    assert "queues" in table and "mail.send" in table
+
+
 # -- PostgreSQL ----------------------------------------------------------------------------
 
 

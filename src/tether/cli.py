@@ -534,13 +534,20 @@ def job_show(
     """Show every field of one job, its history, and its cancellation if any."""
     app = open_app(database, app_ref)
 
-    async def fetch() -> tuple[Job, list[JobEvent], CancellationRecord | None]:
+    async def fetch() -> tuple[Job, list[JobEvent], CancellationRecord | None, str | None]:
         job = await app.get(job_id)
-        return job, await app.events(job_id), await app.cancellation(job_id)
+        return (
+            job,
+            await app.events(job_id),
+            await app.cancellation(job_id),
+            await app.unserved_reason(job),
+        )
 
-    job, events, cancellation = run(app, fetch())
+    job, events, cancellation, unserved = run(app, fetch())
     if as_json:
-        print_json({"job": job, "events": events, "cancellation": cancellation})
+        print_json(
+            {"job": job, "events": events, "cancellation": cancellation, "unserved": unserved}
+        )
         return
     now = now_utc()
     fields = Table.grid(padding=(0, 2))
@@ -569,6 +576,8 @@ def job_show(
             text = f"{value}  ({rel})"
         fields.add_row(name, text)
     out.print(fields)
+    if unserved is not None:
+        out.print(Text(f"⚠ waiting forever: {unserved}", style="yellow"))
     out.print()
     history = Table(title="history", title_justify="left", box=None, header_style="bold")
     history.add_column("at", no_wrap=True)
@@ -958,6 +967,10 @@ def queue_list(
             ),
         )
     out.print(table)
+    for q in queues:
+        for u in q.unserved:
+            note = f"⚠ queue {q.name}: {u.jobs} waiting job(s): {u.reason}"
+            out.print(Text(note, style="yellow"))
 
 
 @queue_cli.command("pause")
@@ -1035,6 +1048,8 @@ def workers(
         cols = ["id", "name", "host", "pid", "state", "running", "heartbeat", "started"]
         for col in cols + (["abandoned"] if abandoned else []):
             table.add_column(col, justify="right" if col in ("pid", "running") else "left")
+        table.add_column("queues", overflow="fold")
+        table.add_column("tasks", overflow="fold")
         for w in shown:
             row: list[str | Text] = [
                 w.id,
@@ -1053,6 +1068,8 @@ def workers(
                     if w.thread_pool_full
                     else Text(str(w.abandoned_threads or ""), style="yellow")
                 )
+            row.append(",".join(w.queues))
+            row.append(", ".join(w.tasks) if w.tasks is not None else Text("?", style="grey50"))
             table.add_row(*row)
         out.print(table)
     else:

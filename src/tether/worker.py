@@ -426,6 +426,7 @@ class Worker:
             start_time(self.pid),
             self.config.queues,
             self.config.concurrency,
+            self.task_names,
         )
         self.claimer = Claimer(self)
         self.heartbeater = Heartbeater(self)

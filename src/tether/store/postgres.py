@@ -38,6 +38,7 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    RateLimitInfo,
     TokenInfo,
     WorkerInfo,
 )
@@ -100,6 +101,11 @@ SELECT pg_advisory_xact_lock(%s, h) FROM (
 Q_CLAIM: LiteralString = f"""
 SELECT {JOB_COLUMNS} FROM tether_claim(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
 """
+
+# A rate limit's bucket as of now: what it held, refilled since, never above the burst.
+RATE_TOKENS: LiteralString = (
+    "least(burst, tokens + greatest(0, extract(epoch FROM now() - refilled_at)) * per_second)"
+)
 
 Q_HEARTBEAT: LiteralString = """
 WITH v AS (
@@ -728,6 +734,52 @@ class PostgresStore:
             )
             return [self._rows.limit(r) for r in await cur.fetchall()]
 
+    async def waiting_by_task(self) -> dict[tuple[str, str], int]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT queue, task, COUNT(*) AS n FROM tether_jobs "
+                "WHERE state IN ('queued', 'retrying') GROUP BY 1, 2"
+            )
+            return {(r["queue"], r["task"]): r["n"] for r in await cur.fetchall()}
+
+    async def set_rate_limit(self, scope: str, name: str, per_second: float, burst: int) -> None:
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO tether_rate_limits (id, per_second, burst, tokens) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                "per_second = excluded.per_second, burst = excluded.burst, "
+                "tokens = excluded.tokens, refilled_at = now()",
+                (f"{scope}:{name}", per_second, burst, burst),
+            )
+            await self._notify(conn, "tether_enqueued", [h.ANY])
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+
+    async def remove_rate_limit(self, scope: str, name: str) -> bool:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM tether_rate_limits WHERE id = %s", (f"{scope}:{name}",)
+            )
+            await self._notify(conn, "tether_enqueued", [h.ANY])
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+        return cur.rowcount > 0
+
+    async def list_rate_limits(self) -> list[RateLimitInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT id, per_second, burst, {RATE_TOKENS} AS tokens "
+                "FROM tether_rate_limits ORDER BY id"
+            )
+            return [
+                RateLimitInfo(
+                    r["id"].split(":", 1)[0],
+                    r["id"].split(":", 1)[1],
+                    r["per_second"],
+                    r["burst"],
+                    float(r["tokens"]),
+                )
+                for r in await cur.fetchall()
+            ]
+
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
         async with self._conn() as conn:
             cur = await conn.execute(
@@ -858,6 +910,7 @@ class PostgresStore:
         pid_start: int | None,
         queues: Sequence[str],
         concurrency: int,
+        tasks: Sequence[str] | None = None,
     ) -> None:
         await self.listen()
         await asyncio.wait_for(self._connected.wait(), 10)
@@ -865,7 +918,7 @@ class PostgresStore:
         async with self._conn() as conn:
             await conn.execute(
                 "INSERT INTO tether_workers (id, name, host, pid, pid_start, backend_pid, queues, "
-                "concurrency, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'active')",
+                "concurrency, state, tasks) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'active', %s)",
                 (
                     worker_id,
                     name,
@@ -875,6 +928,7 @@ class PostgresStore:
                     self._backend_pid,
                     ",".join(queues),
                     concurrency,
+                    json.dumps(sorted(tasks)) if tasks is not None else None,
                 ),
             )
 
@@ -919,11 +973,37 @@ class PostgresStore:
             "worker": worker_id,
             "lease": lease_duration,
         }
-        async with self._conn() as conn:
+        async with self._conn() as conn, conn.transaction():
+            # Rate limits of these queues and tasks, locked so that every claimer spends
+            # from the same buckets; with none (the common case) one claim takes all.
+            cur = await conn.execute(
+                f"SELECT id, {RATE_TOKENS} AS tokens FROM tether_rate_limits "
+                "WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+                ([f"queue:{q}" for q in queues] + [f"task:{t}" for t in tasks],),
+            )
+            tokens = {r["id"]: float(r["tokens"]) for r in await cur.fetchall()}
             # Tuples, not dicts: a claim is the hottest read there is.
-            cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(Q_CLAIM, args)
-            jobs = [job_from_tuple(r) for r in await cur.fetchall()]
+            tuples = conn.cursor(row_factory=tuple_row)
+            jobs: list[Job] = []
+            for group_queues, group_tasks, buckets in _rate_groups(queues, tasks, tokens):
+                room = limit - len(jobs)
+                for b in buckets:
+                    room = min(room, int(tokens[b]))
+                if room < 1:
+                    continue
+                await tuples.execute(
+                    Q_CLAIM,
+                    {**args, "queues": group_queues, "tasks": group_tasks, "limit": room},
+                )
+                taken = [job_from_tuple(r) for r in await tuples.fetchall()]
+                jobs += taken
+                for b in buckets:
+                    tokens[b] -= len(taken)
+                    await conn.execute(
+                        "UPDATE tether_rate_limits SET tokens = greatest(0, %s), "
+                        "refilled_at = now() WHERE id = %s",
+                        (tokens[b], b),
+                    )
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
@@ -1276,3 +1356,26 @@ class PostgresStore:
 
 
 _API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)
+
+
+def _rate_groups(
+    queues: Sequence[str], tasks: Sequence[str], tokens: dict[str, float]
+) -> list[tuple[list[str], list[str], list[str]]]:
+    """Split one claim into claims that each spend from fixed rate-limit buckets:
+    ``(queues, tasks, buckets)``. Rate-limited groups come first, as their buckets bound
+    them; the unlimited rest takes what room is left."""
+    free_queues = [q for q in queues if f"queue:{q}" not in tokens]
+    free_tasks = [t for t in tasks if f"task:{t}" not in tokens]
+    rated_tasks = [t for t in tasks if f"task:{t}" in tokens]
+    groups: list[tuple[list[str], list[str], list[str]]] = []
+    for q in queues:
+        if q in free_queues:
+            continue
+        if free_tasks:
+            groups.append(([q], free_tasks, [f"queue:{q}"]))
+        groups += [([q], [t], [f"queue:{q}", f"task:{t}"]) for t in rated_tasks]
+    if free_queues:
+        groups += [(free_queues, [t], [f"task:{t}"]) for t in rated_tasks]
+        if free_tasks:
+            groups.append((free_queues, free_tasks, []))
+    return groups
