@@ -7,6 +7,7 @@ the demo run as real subprocesses, since they handle signals and leave with os._
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -14,15 +15,18 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from tether import App, JobState
+from tether import cli as cli_module
 from tether.cli import cli
 from tether.job import Job, Outcome
 from tether.store import Store, create_store
@@ -263,6 +267,7 @@ def test_database_option_overrides_the_apps_url(
     runner: CliRunner, app_ref: str, tmp_path: Path, sqlite_url: str
 ) -> None:
     other = f"sqlite:///{tmp_path}/other.db"
+    assert tether(runner, "migrate", "--database", other).exit_code == 0
     res = tether(runner, "enqueue", "hello", "--app", app_ref, "--database", other)
     assert res.exit_code == 0, res.output
     assert total_jobs(other) == 1
@@ -337,9 +342,27 @@ def test_job_list_filters_and_shows_cancelling(runner: CliRunner, sqlite_url: st
 
 
 def test_job_list_on_an_empty_database(runner: CliRunner, sqlite_url: str) -> None:
+    assert tether(runner, "migrate", "-d", sqlite_url).exit_code == 0
     res = tether(runner, "job", "list", "-d", sqlite_url)
     assert res.exit_code == 0
     assert res.stdout.strip() == "no jobs"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["job", "list"], ["job", "show", "1"], ["stats"], ["workers"], ["queue", "list"],
+     ["queue", "pause", "default", "--create"], ["job", "cancel", "1"], ["job", "wait", "1"]],
+)  # fmt: skip
+def test_a_sqlite_database_that_does_not_exist_is_an_error(
+    runner: CliRunner, tmp_path: Path, command: list[str]
+) -> None:
+    url = f"sqlite:///{tmp_path}/typo.db"
+    res = tether(runner, *command, "-d", url)
+    assert_one_line_error(res, 1, "no SQLite database at", "typo.db")
+    assert not (tmp_path / "typo.db").exists()
+    # migrate creates it; then the same command reads it.
+    assert tether(runner, "migrate", "-d", url).exit_code == 0
+    assert tether(runner, "stats", "-d", url).exit_code == 0
 
 
 def test_job_show_prints_fields_and_history(runner: CliRunner, sqlite_url: str) -> None:
@@ -412,6 +435,50 @@ def test_job_cancel_outcomes(runner: CliRunner, sqlite_url: str) -> None:
     )
 
 
+def test_cancel_of_a_job_that_finished_first_lists_no_terminated_runner(
+    runner: CliRunner, sqlite_url: str
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+    claimed = claim_one(sqlite_url)
+
+    def finish_once_asked() -> None:
+        # The handler returns just as the request arrives, before its worker saw it.
+        deadline = time.monotonic() + 20
+        while with_app(sqlite_url, lambda a: a.get(job.id)).cancel_requested_at is None:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        succeed(sqlite_url, claimed)
+
+    helper = threading.Thread(target=finish_once_asked)
+    helper.start()
+    res = tether(runner, "job", "cancel", str(job.id), "-d", sqlite_url, "--wait", "20")
+    helper.join()
+    assert res.exit_code == 0, res.output
+    assert "succeeded before it saw the cancel request" in res.stdout
+    assert "Terminated" not in res.stdout
+    assert "- Runners terminated: 0" in res.stdout
+    assert "No runner to stop: the job ended before the request reached it" in res.stdout
+
+
+def test_job_cancel_and_wait_show_live_progress_on_a_terminal(
+    runner: CliRunner, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+    claim_one(sqlite_url)  # its fake worker never answers
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_module, "err", Console(file=screen, force_terminal=True, width=200))
+    res = tether(runner, "job", "cancel", str(job.id), "-d", sqlite_url, "--wait", "0.3")
+    assert res.exit_code == 0, res.output
+    assert f"Cancelling job {job.id}: running (0s)" in screen.getvalue()
+    res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.3")
+    assert f"Waiting for job {job.id}: cancelling (0s)" in screen.getvalue()
+    # Piped (not a terminal), nothing but the result is printed.
+    monkeypatch.setattr(cli_module, "err", Console(file=io.StringIO(), force_terminal=False))
+    res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.1")
+    assert "Waiting for" not in res.output
+
+
 def test_cancel_status_and_cancellations_show_the_record(
     runner: CliRunner, sqlite_url: str
 ) -> None:
@@ -475,6 +542,30 @@ def test_queue_pause_resume_and_list(runner: CliRunner, sqlite_url: str) -> None
     assert queue["paused"] is False
 
 
+def test_queue_pause_of_a_never_seen_queue_needs_create(runner: CliRunner, sqlite_url: str) -> None:
+    _enqueue(sqlite_url, 1)
+    typo = tether(runner, "queue", "pause", "defualt", "-d", sqlite_url)
+    assert_one_line_error(typo, 2, "queue 'defualt' has never been seen", "default", "--create")
+    assert_one_line_error(
+        tether(runner, "queue", "resume", "defualt", "-d", sqlite_url), 2, "--create"
+    )
+    (queue,) = json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
+    assert queue["name"] == "default"  # no phantom queue
+    made = tether(runner, "queue", "pause", "later", "--create", "-d", sqlite_url)
+    assert made.exit_code == 0, made.output
+    names = [
+        q["name"]
+        for q in json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
+    ]
+    assert names == ["default", "later"]
+    # A queue only a worker listens on is known too.
+    with_store(
+        sqlite_url,
+        lambda s: s.register_worker("h:1:a", None, "h", 1, None, ["mail"], 1, ["mail.send"]),
+    )
+    assert tether(runner, "queue", "pause", "mail", "-d", sqlite_url).exit_code == 0
+
+
 # -- stats and workers -------------------------------------------------------------------
 
 
@@ -529,6 +620,18 @@ def test_a_job_no_worker_serves_is_flagged_by_show_queue_list_and_workers(
     assert (worker["queues"], worker["tasks"]) == (["mail"], ["mail.send"])
     table = tether(runner, "workers", "-d", sqlite_url).stdout
     assert "queues" in table and "mail.send" in table
+
+
+def test_worker_timing_options_reach_its_config(runner: CliRunner, app_ref: str) -> None:
+    # The worker's config checks them: a lease that one slow heartbeat could cost is refused.
+    res = tether(runner, "worker", "--app", app_ref, "--lease", "5", "--heartbeat", "2")
+    assert_one_line_error(res, 2, "lease_duration must be at least 2 * heartbeat_interval")
+    res = tether(runner, "worker", "--app", app_ref, "--log-format", "xml")
+    assert_one_line_error(res, 2, "--log-format", "text or json")
+    help_text = tether(runner, "worker", "--help").stdout
+    for flag in ("--lease", "--heartbeat", "--stop-timeout", "--cancel-grace", "--ramp-window",
+                 "--log-format"):  # fmt: skip
+        assert flag in help_text
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
