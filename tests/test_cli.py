@@ -711,6 +711,29 @@ def test_worker_runs_jobs_and_exits_0_on_sigterm(
     assert [w["state"] for w in everyone] == ["stopped"]
 
 
+def test_worker_log_format_json_writes_one_object_per_line_with_job_fields(
+    runner: CliRunner, app_ref: str, tmp_path: Path, sqlite_url: str
+) -> None:
+    res = tether(runner, "enqueue", "hello", "--app", app_ref, "--json")
+    job_id = json.loads(res.stdout)["id"]
+    args = ["worker", "--app", app_ref, "--log-format", "json", "--log-level", "debug"]
+    proc = _spawn(args, tmp_path)
+    try:
+        wait_job(proc, sqlite_url, job_id, lambda j: j.is_terminal)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    entries = [json.loads(line) for line in stderr.splitlines()]  # every line is JSON
+    assert all({"time", "level", "logger", "message"} <= e.keys() for e in entries)
+    by_event = {e.get("event"): e for e in entries if e.get("job_id") == job_id}
+    started, finished = by_event["job_started"], by_event["job_finished"]
+    assert (started["task"], started["attempt"], started["queue"]) == ("hello", 1, "default")
+    assert (finished["state"], finished["attempt"], finished["level"]) == ("succeeded", 1, "debug")
+    assert isinstance(finished["duration"], float) and finished["duration"] >= 0
+
+
 def test_worker_exits_even_when_a_thread_handler_ignores_the_stop(
     runner: CliRunner, app_ref: str, tmp_path: Path, sqlite_url: str
 ) -> None:

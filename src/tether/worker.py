@@ -40,6 +40,7 @@ from tether.context import JobContext
 from tether.errors import Cancelled, ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, ThreadHandle, start_handler
 from tether.job import Beat, Job, Outcome
+from tether.logs import job_fields
 from tether.maintenance import CancellationFollowUp, Rescuer
 from tether.procinfo import hostname, start_time
 from tether.service import Service
@@ -78,6 +79,10 @@ class Run:
     # Loop time the claim that leased it was sent: its lease began no earlier.
     leased_at: float = 0.0
     began: float = 0.0
+    #: Why it was asked to stop (the cancel or pause request's reason), for the log.
+    reason: str | None = None
+    #: The requests (cancel, pause) already logged: the heartbeat repeats them.
+    logged: set[str] = field(default_factory=set)
 
 
 class Completer(Service):
@@ -171,12 +176,17 @@ class Heartbeater(Service):
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
                 w.interrupt(run, "lease_lost")
+        heard: list[tuple[Run, str]] = []
         for req in res.requests:
             held = w.running.get(req.job_id)
             if held is not None and req.cancel:
                 w.interrupt(held, "cancel", force=req.force)
+                heard.append((held, "cancel"))
             elif held is not None and req.pause:
                 w.interrupt(held, "pause", detail="pause requested")
+                heard.append((held, "pause"))
+        for held, kind in heard:
+            await w.log_request(held, kind)
         return len(beats)
 
     @property
@@ -694,7 +704,20 @@ class Worker:
         self.executing += 1
         self._idle.clear()
         metrics.job_started(job)
-        log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
+        log.debug(
+            "job %s (%s) attempt %d started",
+            job.id,
+            job.task,
+            job.attempt,
+            extra=job_fields(
+                "job_started",
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                worker_id=self.id,
+            ),
+        )
         try:
             run.handle = start_handler(
                 task,
@@ -900,17 +923,69 @@ class Worker:
         if fut.cancelled():
             return
         if fut.result():
+            duration = asyncio.get_running_loop().time() - run.began
+            reason = outcome.reason
+            if outcome.state in (JobState.CANCELLED, JobState.PAUSED) and run.reason:
+                reason = run.reason
             log.log(
                 logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
-                "job %s (%s): %s%s",
+                "job %s (%s) attempt %d: %s after %.3fs%s",
                 job.id,
                 job.task,
+                job.attempt,
                 outcome.state,
-                f" ({outcome.reason})" if outcome.reason else "",
+                duration,
+                f" ({reason})" if reason else "",
+                extra=job_fields(
+                    "job_finished",
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration=round(duration, 6),
+                    state=outcome.state.value,
+                    reason=reason,
+                    worker_id=self.id,
+                ),
             )
         else:
             metrics.lease_lost()
             log.warning("job %s: lease lost before its outcome was recorded", job.id)
+
+    async def log_request(self, run: Run, kind: str) -> None:
+        """Log at INFO that a running job was asked to ``cancel`` or ``pause``, with the
+        request's reason (read from the job: the heartbeat carries only the flags).
+        Once per request: the heartbeat returns it until the job stops."""
+        if kind in run.logged:
+            return
+        run.logged.add(kind)
+        job = run.job
+        try:
+            now = await self.store.get(job.id)
+        except Exception as exc:  # the log line must not cost the heartbeat
+            log.debug("job %s: could not read the %s reason: %s", job.id, kind, exc)
+            now = None
+        if now is not None:
+            run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
+        force = kind == "cancel" and now is not None and now.cancel_force
+        log.info(
+            "job %s (%s) attempt %d: %s requested%s: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            kind,
+            " (force)" if force else "",
+            run.reason or "no reason given",
+            extra=job_fields(
+                f"{kind}_requested",
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                reason=run.reason,
+                worker_id=self.id,
+            ),
+        )
 
     def _forget(self, run: Run) -> None:
         if self.running.get(run.job.id) is run:
