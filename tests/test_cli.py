@@ -290,7 +290,8 @@ def test_app_and_database_come_from_the_environment(
     [[], ["worker"], ["migrate"], ["enqueue"], ["job"], ["job", "list"], ["job", "show"],
      ["job", "cancel"], ["job", "cancel-status"], ["job", "cancellations"], ["job", "pause"],
      ["job", "resume"], ["job", "retry"], ["job", "wait"], ["queue"], ["queue", "list"],
-     ["queue", "pause"], ["queue", "resume"], ["stats"], ["workers"], ["demo"]],
+     ["queue", "pause"], ["queue", "resume"], ["stats"], ["workers"], ["demo"],
+     ["rate-limit"], ["rate-limit", "set"], ["rate-limit", "remove"], ["rate-limit", "list"]],
 )  # fmt: skip
 def test_every_command_has_help(runner: CliRunner, command: list[str]) -> None:
     res = tether(runner, *command, "--help")
@@ -632,6 +633,38 @@ def test_worker_timing_options_reach_its_config(runner: CliRunner, app_ref: str)
     for flag in ("--lease", "--heartbeat", "--stop-timeout", "--cancel-grace", "--ramp-window",
                  "--log-format"):  # fmt: skip
         assert flag in help_text
+
+
+def test_rate_limit_set_list_and_remove(runner: CliRunner, sqlite_url: str) -> None:
+    _enqueue(sqlite_url, 3)
+    res = tether(runner, "rate-limit", "set", "--queue", "default", "--per-second", "0.5",
+                 "--burst", "2", "-d", sqlite_url)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "queue default: at most 0.5 job(s)/s, bursts of 2"
+    assert tether(runner, "rate-limit", "set", "--task", "hello", "--per-second", "3",
+                  "-d", sqlite_url).exit_code == 0  # fmt: skip
+    listed = json.loads(tether(runner, "rate-limit", "list", "-d", sqlite_url, "--json").stdout)
+    assert [(r["scope"], r["name"], r["per_second"], r["burst"]) for r in listed] == [
+        ("queue", "default", 0.5, 2),
+        ("task", "hello", 3.0, 3),  # the burst defaults to the rate, rounded up
+    ]
+    # Claims spend the bucket: two of the three queued jobs start, the third waits.
+    claim_one(sqlite_url)
+    claim_one(sqlite_url)
+    with pytest.raises(ValueError):
+        claim_one(sqlite_url)
+    assert "default" in tether(runner, "rate-limit", "list", "-d", sqlite_url).stdout
+    both = tether(runner, "rate-limit", "set", "--queue", "a", "--task", "b", "--per-second",
+                  "1", "-d", sqlite_url)  # fmt: skip
+    assert_one_line_error(both, 2, "a queue or to a task")
+    bad = tether(runner, "rate-limit", "set", "--queue", "a", "--per-second", "0", "-d", sqlite_url)
+    assert_one_line_error(bad, 2, "per_second must be positive")
+    assert (
+        tether(runner, "rate-limit", "remove", "--queue", "default", "-d", sqlite_url).exit_code
+        == 0
+    )
+    gone = tether(runner, "rate-limit", "remove", "--queue", "default", "-d", sqlite_url)
+    assert_one_line_error(gone, 1, "queue default has no rate limit")
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
