@@ -99,7 +99,8 @@ SELECT pg_advisory_xact_lock(%s, h) FROM (
 """
 
 Q_CLAIM: LiteralString = f"""
-SELECT {JOB_COLUMNS} FROM tether_claim(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
+SELECT {JOB_COLUMNS}
+FROM tether_claim_paced(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
 """
 
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
@@ -973,37 +974,11 @@ class PostgresStore:
             "worker": worker_id,
             "lease": lease_duration,
         }
-        async with self._conn() as conn, conn.transaction():
-            # Rate limits of these queues and tasks, locked so that every claimer spends
-            # from the same buckets; with none (the common case) one claim takes all.
-            cur = await conn.execute(
-                f"SELECT id, {RATE_TOKENS} AS tokens FROM tether_rate_limits "
-                "WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-                ([f"queue:{q}" for q in queues] + [f"task:{t}" for t in tasks],),
-            )
-            tokens = {r["id"]: float(r["tokens"]) for r in await cur.fetchall()}
+        async with self._conn() as conn:
             # Tuples, not dicts: a claim is the hottest read there is.
-            tuples = conn.cursor(row_factory=tuple_row)
-            jobs: list[Job] = []
-            for group_queues, group_tasks, buckets in _rate_groups(queues, tasks, tokens):
-                room = limit - len(jobs)
-                for b in buckets:
-                    room = min(room, int(tokens[b]))
-                if room < 1:
-                    continue
-                await tuples.execute(
-                    Q_CLAIM,
-                    {**args, "queues": group_queues, "tasks": group_tasks, "limit": room},
-                )
-                taken = [job_from_tuple(r) for r in await tuples.fetchall()]
-                jobs += taken
-                for b in buckets:
-                    tokens[b] -= len(taken)
-                    await conn.execute(
-                        "UPDATE tether_rate_limits SET tokens = greatest(0, %s), "
-                        "refilled_at = now() WHERE id = %s",
-                        (tokens[b], b),
-                    )
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(Q_CLAIM, args)
+            jobs = [job_from_tuple(r) for r in await cur.fetchall()]
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
@@ -1356,26 +1331,3 @@ class PostgresStore:
 
 
 _API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)
-
-
-def _rate_groups(
-    queues: Sequence[str], tasks: Sequence[str], tokens: dict[str, float]
-) -> list[tuple[list[str], list[str], list[str]]]:
-    """Split one claim into claims that each spend from fixed rate-limit buckets:
-    ``(queues, tasks, buckets)``. Rate-limited groups come first, as their buckets bound
-    them; the unlimited rest takes what room is left."""
-    free_queues = [q for q in queues if f"queue:{q}" not in tokens]
-    free_tasks = [t for t in tasks if f"task:{t}" not in tokens]
-    rated_tasks = [t for t in tasks if f"task:{t}" in tokens]
-    groups: list[tuple[list[str], list[str], list[str]]] = []
-    for q in queues:
-        if q in free_queues:
-            continue
-        if free_tasks:
-            groups.append(([q], free_tasks, [f"queue:{q}"]))
-        groups += [([q], [t], [f"queue:{q}", f"task:{t}"]) for t in rated_tasks]
-    if free_queues:
-        groups += [(free_queues, [t], [f"task:{t}"]) for t in rated_tasks]
-        if free_tasks:
-            groups.append((free_queues, free_tasks, []))
-    return groups
