@@ -39,7 +39,7 @@ from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import Cancelled, ConfigError, Fail, LeaseLostError, Retry, WaitForChildren
 from tether.executors import Handle, ThreadHandle, start_handler
-from tether.job import Beat, Job, Outcome
+from tether.job import Beat, Job, JobFilter, Outcome
 from tether.logs import job_fields
 from tether.maintenance import CancellationFollowUp, Rescuer
 from tether.procinfo import hostname, start_time
@@ -185,8 +185,7 @@ class Heartbeater(Service):
             elif held is not None and req.pause:
                 w.interrupt(held, "pause", detail="pause requested")
                 heard.append((held, "pause"))
-        for held, kind in heard:
-            await w.log_request(held, kind)
+        await w.log_requests(heard)
         return len(beats)
 
     @property
@@ -952,40 +951,46 @@ class Worker:
             metrics.lease_lost()
             log.warning("job %s: lease lost before its outcome was recorded", job.id)
 
-    async def log_request(self, run: Run, kind: str) -> None:
-        """Log at INFO that a running job was asked to ``cancel`` or ``pause``, with the
-        request's reason (read from the job: the heartbeat carries only the flags).
-        Once per request: the heartbeat returns it until the job stops."""
-        if kind in run.logged:
+    async def log_requests(self, heard: list[tuple[Run, str]]) -> None:
+        """Log at INFO that running jobs were asked to ``cancel`` or ``pause``, with each
+        request's reason, once per request (the heartbeat returns it until the job stops).
+        The heartbeat carries only the flags, so the reasons are read in one query."""
+        new = [(run, kind) for run, kind in heard if kind not in run.logged]
+        if not new:
             return
-        run.logged.add(kind)
-        job = run.job
+        for run, kind in new:
+            run.logged.add(kind)
+        ids = tuple({run.job.id for run, _ in new})
         try:
-            now = await self.store.get(job.id)
-        except Exception as exc:  # the log line must not cost the heartbeat
-            log.debug("job %s: could not read the %s reason: %s", job.id, kind, exc)
-            now = None
-        if now is not None:
-            run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
-        force = kind == "cancel" and now is not None and now.cancel_force
-        log.info(
-            "job %s (%s) attempt %d: %s requested%s: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            kind,
-            " (force)" if force else "",
-            run.reason or "no reason given",
-            extra=job_fields(
-                f"{kind}_requested",
-                job_id=job.id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                reason=run.reason,
-                worker_id=self.id,
-            ),
-        )
+            found = {
+                j.id: j for j in await self.store.list_jobs(JobFilter(ids=ids, limit=len(ids)))
+            }
+        except Exception as exc:  # the log lines must not cost the heartbeat
+            log.debug("could not read the reasons of %d request(s): %s", len(ids), exc)
+            found = {}
+        for run, kind in new:
+            job, now = run.job, found.get(run.job.id)
+            if now is not None:
+                run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
+            force = kind == "cancel" and now is not None and now.cancel_force
+            log.info(
+                "job %s (%s) attempt %d: %s requested%s: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                kind,
+                " (force)" if force else "",
+                run.reason or "no reason given",
+                extra=job_fields(
+                    f"{kind}_requested",
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    reason=run.reason,
+                    worker_id=self.id,
+                ),
+            )
 
     def _forget(self, run: Run) -> None:
         if self.running.get(run.job.id) is run:
