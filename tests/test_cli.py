@@ -767,6 +767,45 @@ def test_worker_log_format_json_writes_one_object_per_line_with_job_fields(
     assert isinstance(finished["duration"], float) and finished["duration"] >= 0
 
 
+SCRIPT_SOURCE = """
+import asyncio
+
+import tether
+
+app = tether.App({url!r})
+
+
+@app.task
+async def crawl(ctx, url):
+    return url
+
+
+if __name__ == "__main__":
+    job = crawl.enqueue_sync(url="https://example.org")
+    print(job.id, job.task)
+"""
+
+
+def test_a_job_enqueued_by_running_the_module_as_a_script_runs_on_its_worker(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's example: `python mymodule.py` enqueues, `tether worker --app
+    # mymodule:app` runs it. The two must agree on the task's name.
+    (tmp_path / "mymodule.py").write_text(SCRIPT_SOURCE.format(url=sqlite_url))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    done = subprocess.run([sys.executable, "mymodule.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    job_id, task = done.stdout.split()
+    assert task == "mymodule.crawl"
+    proc = _spawn(["worker", "--app", "mymodule:app"], tmp_path)
+    try:
+        job = wait_job(proc, sqlite_url, int(job_id), lambda j: j.is_terminal)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=15)
+    assert (job.state, job.result) == (JobState.SUCCEEDED, "https://example.org")
+
+
 def test_worker_exits_even_when_a_thread_handler_ignores_the_stop(
     runner: CliRunner, app_ref: str, tmp_path: Path, sqlite_url: str
 ) -> None:
