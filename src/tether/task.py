@@ -146,12 +146,10 @@ def module_name(fn: Callable[..., Any]) -> str:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     spec_name = getattr(spec, "name", None)
-    if spec_name and not spec_name.endswith("__main__"):
-        return str(spec_name)
+    if spec_name and spec_name != "__main__":
+        return str(spec_name)  # python -m pkg.mod (or -m pkg: pkg.__main__)
     path = getattr(main, "__file__", None)
     if path:
-        if Path(path).name == "__main__.py":
-            return str(spec_name).rsplit(".", 1)[0] if spec_name else Path(path).parent.name
         return Path(path).stem
     warnings.warn(
         f"task {fn.__qualname__} is defined in __main__ without a file; a worker cannot "

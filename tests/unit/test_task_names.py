@@ -43,3 +43,6 @@ def test_a_module_run_with_dash_m_names_its_tasks_by_its_module(tmp_path: Path) 
     (pkg / "__init__.py").write_text("")
     (pkg / "crawler.py").write_text(SCRIPT.format(db=tmp_path / "t.db"))
     assert _run(tmp_path, "-m", "jobs.crawler") == "jobs.crawler.crawl"
+    (pkg / "__main__.py").write_text(SCRIPT.format(db=tmp_path / "t.db"))
+    # `python -m jobs` runs jobs/__main__.py, which a worker imports as jobs.__main__.
+    assert _run(tmp_path, "-m", "jobs") == "jobs.__main__.crawl"
