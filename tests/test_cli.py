@@ -7,6 +7,7 @@ the demo run as real subprocesses, since they handle signals and leave with os._
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -14,15 +15,18 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from tether import App, JobState
+from tether import cli as cli_module
 from tether.cli import cli
 from tether.job import Job, Outcome
 from tether.store import Store, create_store
@@ -263,6 +267,7 @@ def test_database_option_overrides_the_apps_url(
     runner: CliRunner, app_ref: str, tmp_path: Path, sqlite_url: str
 ) -> None:
     other = f"sqlite:///{tmp_path}/other.db"
+    assert tether(runner, "migrate", "--database", other).exit_code == 0
     res = tether(runner, "enqueue", "hello", "--app", app_ref, "--database", other)
     assert res.exit_code == 0, res.output
     assert total_jobs(other) == 1
@@ -285,7 +290,8 @@ def test_app_and_database_come_from_the_environment(
     [[], ["worker"], ["migrate"], ["enqueue"], ["job"], ["job", "list"], ["job", "show"],
      ["job", "cancel"], ["job", "cancel-status"], ["job", "cancellations"], ["job", "pause"],
      ["job", "resume"], ["job", "retry"], ["job", "wait"], ["queue"], ["queue", "list"],
-     ["queue", "pause"], ["queue", "resume"], ["stats"], ["workers"], ["demo"]],
+     ["queue", "pause"], ["queue", "resume"], ["stats"], ["workers"], ["demo"],
+     ["rate-limit"], ["rate-limit", "set"], ["rate-limit", "remove"], ["rate-limit", "list"]],
 )  # fmt: skip
 def test_every_command_has_help(runner: CliRunner, command: list[str]) -> None:
     res = tether(runner, *command, "--help")
@@ -337,9 +343,27 @@ def test_job_list_filters_and_shows_cancelling(runner: CliRunner, sqlite_url: st
 
 
 def test_job_list_on_an_empty_database(runner: CliRunner, sqlite_url: str) -> None:
+    assert tether(runner, "migrate", "-d", sqlite_url).exit_code == 0
     res = tether(runner, "job", "list", "-d", sqlite_url)
     assert res.exit_code == 0
     assert res.stdout.strip() == "no jobs"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["job", "list"], ["job", "show", "1"], ["stats"], ["workers"], ["queue", "list"],
+     ["queue", "pause", "default", "--create"], ["job", "cancel", "1"], ["job", "wait", "1"]],
+)  # fmt: skip
+def test_a_sqlite_database_that_does_not_exist_is_an_error(
+    runner: CliRunner, tmp_path: Path, command: list[str]
+) -> None:
+    url = f"sqlite:///{tmp_path}/typo.db"
+    res = tether(runner, *command, "-d", url)
+    assert_one_line_error(res, 1, "no SQLite database at", "typo.db")
+    assert not (tmp_path / "typo.db").exists()
+    # migrate creates it; then the same command reads it.
+    assert tether(runner, "migrate", "-d", url).exit_code == 0
+    assert tether(runner, "stats", "-d", url).exit_code == 0
 
 
 def test_job_show_prints_fields_and_history(runner: CliRunner, sqlite_url: str) -> None:
@@ -412,6 +436,50 @@ def test_job_cancel_outcomes(runner: CliRunner, sqlite_url: str) -> None:
     )
 
 
+def test_cancel_of_a_job_that_finished_first_lists_no_terminated_runner(
+    runner: CliRunner, sqlite_url: str
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+    claimed = claim_one(sqlite_url)
+
+    def finish_once_asked() -> None:
+        # The handler returns just as the request arrives, before its worker saw it.
+        deadline = time.monotonic() + 20
+        while with_app(sqlite_url, lambda a: a.get(job.id)).cancel_requested_at is None:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        succeed(sqlite_url, claimed)
+
+    helper = threading.Thread(target=finish_once_asked)
+    helper.start()
+    res = tether(runner, "job", "cancel", str(job.id), "-d", sqlite_url, "--wait", "20")
+    helper.join()
+    assert res.exit_code == 0, res.output
+    assert "succeeded before it saw the cancel request" in res.stdout
+    assert "Terminated" not in res.stdout
+    assert "- Runners terminated: 0" in res.stdout
+    assert "No runner to stop: the job ended before the request reached it" in res.stdout
+
+
+def test_job_cancel_and_wait_show_live_progress_on_a_terminal(
+    runner: CliRunner, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+    claim_one(sqlite_url)  # its fake worker never answers
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_module, "err", Console(file=screen, force_terminal=True, width=200))
+    res = tether(runner, "job", "cancel", str(job.id), "-d", sqlite_url, "--wait", "0.3")
+    assert res.exit_code == 0, res.output
+    assert f"Cancelling job {job.id}: running (0s)" in screen.getvalue()
+    res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.3")
+    assert f"Waiting for job {job.id}: cancelling (0s)" in screen.getvalue()
+    # Piped (not a terminal), nothing but the result is printed.
+    monkeypatch.setattr(cli_module, "err", Console(file=io.StringIO(), force_terminal=False))
+    res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.1")
+    assert "Waiting for" not in res.output
+
+
 def test_cancel_status_and_cancellations_show_the_record(
     runner: CliRunner, sqlite_url: str
 ) -> None:
@@ -472,6 +540,30 @@ def test_queue_pause_resume_and_list(runner: CliRunner, sqlite_url: str) -> None
     assert queue["paused"] is False
 
 
+def test_queue_pause_of_a_never_seen_queue_needs_create(runner: CliRunner, sqlite_url: str) -> None:
+    _enqueue(sqlite_url, 1)
+    typo = tether(runner, "queue", "pause", "defualt", "-d", sqlite_url)
+    assert_one_line_error(typo, 2, "queue 'defualt' has never been seen", "default", "--create")
+    assert_one_line_error(
+        tether(runner, "queue", "resume", "defualt", "-d", sqlite_url), 2, "--create"
+    )
+    (queue,) = json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
+    assert queue["name"] == "default"  # no phantom queue
+    made = tether(runner, "queue", "pause", "later", "--create", "-d", sqlite_url)
+    assert made.exit_code == 0, made.output
+    names = [
+        q["name"]
+        for q in json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
+    ]
+    assert names == ["default", "later"]
+    # A queue only a worker listens on is known too.
+    with_store(
+        sqlite_url,
+        lambda s: s.register_worker("h:1:a", None, "h", 1, None, ["mail"], 1, tasks=["mail.send"]),
+    )
+    assert tether(runner, "queue", "pause", "mail", "-d", sqlite_url).exit_code == 0
+
+
 # -- stats and workers -------------------------------------------------------------------
 
 
@@ -501,6 +593,75 @@ def test_workers_lists_active_ones_unless_all(runner: CliRunner, sqlite_url: str
     assert {w["id"] for w in everyone} == {"h:1:a", "h:2:b"}
     table = tether(runner, "workers", "-d", sqlite_url)
     assert "alpha" in table.stdout and "1 stopped or dead not shown" in table.stdout
+
+
+def test_a_job_no_worker_serves_is_flagged_by_show_queue_list_and_workers(
+    runner: CliRunner, sqlite_url: str
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+
+    async def go(store: Store) -> None:
+        await store.register_worker("h:1:a", "alpha", "h", 1, None, ["mail"], 4, tasks=["mail.send"])
+
+    with_store(sqlite_url, go)
+    why = "no worker serves task hello on queue default (no worker listens on this queue)"
+    show = tether(runner, "job", "show", str(job.id), "-d", sqlite_url)
+    assert show.exit_code == 0, show.output
+    assert f"⚠ waiting forever: {why}" in " ".join(show.stdout.split())
+    data = json.loads(tether(runner, "job", "show", str(job.id), "-d", sqlite_url, "--json").stdout)
+    assert data["unserved"] == why
+    queues = tether(runner, "queue", "list", "-d", sqlite_url)
+    assert f"⚠ queue default: 1 waiting job(s): {why}" in " ".join(queues.stdout.split())
+    (queue,) = json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
+    assert [u["task"] for u in queue["unserved"]] == ["hello"]
+    (worker,) = json.loads(tether(runner, "workers", "-d", sqlite_url, "--json").stdout)
+    assert (worker["queues"], worker["tasks"]) == (["mail"], ["mail.send"])
+    table = tether(runner, "workers", "-d", sqlite_url).stdout
+    assert "queues" in table and "mail.send" in table
+
+
+def test_worker_timing_options_reach_its_config(runner: CliRunner, app_ref: str) -> None:
+    # The worker's config checks them: a lease that one slow heartbeat could cost is refused.
+    res = tether(runner, "worker", "--app", app_ref, "--lease", "5", "--heartbeat", "2")
+    assert_one_line_error(res, 2, "lease_duration must be at least 2 * heartbeat_interval")
+    res = tether(runner, "worker", "--app", app_ref, "--log-format", "xml")
+    assert_one_line_error(res, 2, "--log-format", "text or json")
+    help_text = tether(runner, "worker", "--help").stdout
+    for flag in ("--lease", "--heartbeat", "--stop-timeout", "--cancel-grace", "--ramp-window",
+                 "--log-format"):  # fmt: skip
+        assert flag in help_text
+
+
+def test_rate_limit_set_list_and_remove(runner: CliRunner, sqlite_url: str) -> None:
+    _enqueue(sqlite_url, 3)
+    res = tether(runner, "rate-limit", "set", "--queue", "default", "--per-second", "0.5",
+                 "--burst", "2", "-d", sqlite_url)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "queue default: at most 0.5 job(s)/s, bursts of 2"
+    assert tether(runner, "rate-limit", "set", "--task", "hello", "--per-second", "3",
+                  "-d", sqlite_url).exit_code == 0  # fmt: skip
+    listed = json.loads(tether(runner, "rate-limit", "list", "-d", sqlite_url, "--json").stdout)
+    assert [(r["scope"], r["name"], r["per_second"], r["burst"]) for r in listed] == [
+        ("queue", "default", 0.5, 2),
+        ("task", "hello", 3.0, 3),  # the burst defaults to the rate, rounded up
+    ]
+    # Claims spend the bucket: two of the three queued jobs start, the third waits.
+    claim_one(sqlite_url)
+    claim_one(sqlite_url)
+    with pytest.raises(ValueError):
+        claim_one(sqlite_url)
+    assert "default" in tether(runner, "rate-limit", "list", "-d", sqlite_url).stdout
+    both = tether(runner, "rate-limit", "set", "--queue", "a", "--task", "b", "--per-second",
+                  "1", "-d", sqlite_url)  # fmt: skip
+    assert_one_line_error(both, 2, "a queue or to a task")
+    bad = tether(runner, "rate-limit", "set", "--queue", "a", "--per-second", "0", "-d", sqlite_url)
+    assert_one_line_error(bad, 2, "per_second must be positive")
+    assert (
+        tether(runner, "rate-limit", "remove", "--queue", "default", "-d", sqlite_url).exit_code
+        == 0
+    )
+    gone = tether(runner, "rate-limit", "remove", "--queue", "default", "-d", sqlite_url)
+    assert_one_line_error(gone, 1, "queue default has no rate limit")
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -578,6 +739,68 @@ def test_worker_runs_jobs_and_exits_0_on_sigterm(
     assert stderr.splitlines()[0][:4].isdigit() and stderr.splitlines()[0][4] == "-"
     everyone = json.loads(tether(runner, "workers", "--app", app_ref, "--all", "--json").stdout)
     assert [w["state"] for w in everyone] == ["stopped"]
+
+
+def test_worker_log_format_json_writes_one_object_per_line_with_job_fields(
+    runner: CliRunner, app_ref: str, tmp_path: Path, sqlite_url: str
+) -> None:
+    res = tether(runner, "enqueue", "hello", "--app", app_ref, "--json")
+    job_id = json.loads(res.stdout)["id"]
+    args = ["worker", "--app", app_ref, "--log-format", "json", "--log-level", "debug"]
+    proc = _spawn(args, tmp_path)
+    try:
+        wait_job(proc, sqlite_url, job_id, lambda j: j.is_terminal)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    entries = [json.loads(line) for line in stderr.splitlines()]  # every line is JSON
+    assert all({"time", "level", "logger", "message"} <= e.keys() for e in entries)
+    by_event = {e.get("event"): e for e in entries if e.get("job_id") == job_id}
+    started, finished = by_event["job_started"], by_event["job_finished"]
+    assert (started["task"], started["attempt"], started["queue"]) == ("hello", 1, "default")
+    assert (finished["state"], finished["attempt"], finished["level"]) == ("succeeded", 1, "debug")
+    assert isinstance(finished["duration"], float) and finished["duration"] >= 0
+
+
+SCRIPT_SOURCE = """
+import asyncio
+
+import tether
+
+app = tether.App({url!r})
+
+
+@app.task
+async def crawl(ctx, url):
+    return url
+
+
+if __name__ == "__main__":
+    job = crawl.enqueue_sync(url="https://example.org")
+    print(job.id, job.task)
+"""
+
+
+def test_a_job_enqueued_by_running_the_module_as_a_script_runs_on_its_worker(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's example: `python mymodule.py` enqueues, `tether worker --app
+    # mymodule:app` runs it. The two must agree on the task's name.
+    (tmp_path / "mymodule.py").write_text(SCRIPT_SOURCE.format(url=sqlite_url))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    done = subprocess.run([sys.executable, "mymodule.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    job_id, task = done.stdout.split()
+    assert task == "mymodule.crawl"
+    proc = _spawn(["worker", "--app", "mymodule:app"], tmp_path)
+    try:
+        job = wait_job(proc, sqlite_url, int(job_id), lambda j: j.is_terminal)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=15)
+    assert (job.state, job.result) == (JobState.SUCCEEDED, "https://example.org")
 
 
 def test_worker_exits_even_when_a_thread_handler_ignores_the_stop(

@@ -18,7 +18,7 @@ from collections.abc import (
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tether import hints as h
-from tether import names, payload
+from tether import names, payload, serving
 from tether.audit import audited, local_actor
 from tether.cancellation import (
     CancellationRecord,
@@ -46,6 +46,7 @@ from tether.job import (
     LimitInfo,
     NewJob,
     QueueInfo,
+    RateLimitInfo,
     WorkerInfo,
 )
 from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleRow
@@ -61,7 +62,7 @@ from tether.store import (
     memory_url,
     parse_sqlite_path,
 )
-from tether.task import EnqueueOptions, Executor, Task, is_async
+from tether.task import EnqueueOptions, Executor, Task, is_async, module_name
 from tether.workflow import Workflow
 
 T = TypeVar("T")
@@ -187,7 +188,7 @@ class App:
         resource_names = [("resource", r) for r in resources]
 
         def register(fn: Callable[..., Any]) -> Task:
-            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            task_name = name or f"{module_name(fn)}.{fn.__qualname__}"
             for kind, named in (("task", task_name), ("queue", queue), *resource_names):
                 if named is not None:
                     names.check_config(kind, named)
@@ -507,6 +508,28 @@ class App:
         """Known workers, newest first."""
         return await (await self.store()).list_workers()
 
+    async def unserved(self) -> builtins.list[serving.Unserved]:
+        """Waiting jobs that no live worker can run, by queue and task, with why."""
+        store = await self.store()
+        waiting = await store.waiting_by_task()
+        if not waiting:
+            return []
+        workers = serving.live(await store.list_workers())
+        found = []
+        for (queue, task), n in sorted(waiting.items()):
+            why = serving.reason(queue, task, workers)
+            if why is not None:
+                found.append(serving.Unserved(queue, task, n, why))
+        return found
+
+    async def unserved_reason(self, job: Job) -> str | None:
+        """Why no live worker can run this waiting job (``None``: one can, or the job is
+        not waiting to run)."""
+        if job.state not in (JobState.QUEUED, JobState.RETRYING):
+            return None
+        workers = serving.live(await (await self.store()).list_workers())
+        return serving.reason(job.queue, job.task, workers)
+
     # -- control -------------------------------------------------------------------------
 
     @audited("job.cancel", _job_target)
@@ -636,8 +659,13 @@ class App:
         await (await self.store()).set_queue_paused(name, False, None)
 
     async def queues(self) -> builtins.list[QueueInfo]:
-        """Queues with their pause flags and job counts."""
-        return await (await self.store()).list_queues()
+        """Queues with their pause flags, job counts and the waiting jobs that no live
+        worker can run."""
+        queues = await (await self.store()).list_queues()
+        unserved: dict[str, builtins.list[serving.Unserved]] = {}
+        for u in await self.unserved():
+            unserved.setdefault(u.queue, []).append(u)
+        return [dataclasses.replace(q, unserved=tuple(unserved.get(q.name, ()))) for q in queues]
 
     @audited("key.configure", lambda a: f"key:{a['key']}")
     async def configure_key(
@@ -649,6 +677,38 @@ class App:
         if max_running < 1:
             raise InvalidJobError("max_running must be at least 1")
         await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
+
+    async def rate_limit(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | Task | None = None,
+        per_second: float,
+        burst: int | None = None,
+    ) -> None:
+        """Limit how fast jobs of a queue, or of a task, start: at most ``per_second`` a
+        second on average across every worker, and at most ``burst`` at once (default:
+        ``max(1, per_second)`` rounded up). Stored in the database; a new or changed
+        limit starts with a full bucket."""
+        scope, name = _rate_target(queue, task)
+        if not per_second > 0:
+            raise InvalidJobError(f"per_second must be positive, got {per_second!r}")
+        if burst is None:
+            burst = max(1, -int(-per_second // 1))
+        if burst < 1:
+            raise InvalidJobError(f"burst must be at least 1, got {burst!r}")
+        await (await self.store()).set_rate_limit(scope, name, per_second, burst)
+
+    async def remove_rate_limit(
+        self, *, queue: str | None = None, task: str | Task | None = None
+    ) -> bool:
+        """Drop the rate limit of a queue or task; ``False`` if it had none."""
+        scope, name = _rate_target(queue, task)
+        return await (await self.store()).remove_rate_limit(scope, name)
+
+    async def rate_limits(self) -> builtins.list[RateLimitInfo]:
+        """Every rate limit, with the tokens its bucket holds now."""
+        return await (await self.store()).list_rate_limits()
 
     async def limits(self) -> builtins.list[LimitInfo]:
         """Concurrency keys and resource pools, with what blocks them."""
@@ -940,3 +1000,17 @@ class App:
         now = await store.db_time()
         await store.sync_schedule(name, schedule.task, schedule.cron, schedule.timezone, now)
         await store.set_schedule_paused(name, paused)
+
+def _rate_target(queue: str | None, task: str | Task | None) -> tuple[str, str]:
+    """``("queue", name)`` or ``("task", name)``: exactly one of the two must be given."""
+    if (queue is None) == (task is None):
+        raise InvalidJobError("a rate limit applies to a queue or to a task: give one of them")
+    if queue is not None:
+        if not queue:
+            raise InvalidJobError("a rate limit needs a queue name")
+        return "queue", queue
+    assert task is not None
+    name = task.name if isinstance(task, Task) else task
+    if not name:
+        raise InvalidJobError("a rate limit needs a task name")
+    return "task", name

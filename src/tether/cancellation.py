@@ -292,10 +292,12 @@ class CancellationService:
             was_running = {d.id for d in downstream if d.state is JobState.RUNNING}
             if before is JobState.RUNNING:
                 was_running.add(job.id)
+            # A job that succeeded ended on its own, before the request reached it:
+            # there was no runner left to stop.
             stopped = [
                 j
                 for j in final
-                if j.state is not JobState.RUNNING
+                if j.state not in (JobState.RUNNING, JobState.SUCCEEDED)
                 and (j.id in was_running or j.stopped_by in STOPPED | {"abandoned"})
             ]
             runners = [f"job {j.id} on {j.worker_id} ({j.stopped_by})" for j in stopped]

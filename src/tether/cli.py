@@ -13,6 +13,7 @@ User mistakes print one red line on stderr, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -23,7 +24,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
@@ -37,12 +38,13 @@ from rich.text import Text
 from tether import display
 from tether.app import DEFAULT_CANCEL_WAIT, App
 from tether.cancellation import CancellationRecord, CancellationResult
-from tether.config import RetentionConfig, WorkerConfig, parse_age
+from tether.config import DEFAULT_DATABASE_URL, RetentionConfig, WorkerConfig, parse_age
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
 from tether.job import JSON, Job, JobEvent, TokenInfo, WorkerInfo
+from tether.logs import JsonFormatter
 from tether.ops import LeaderInfo, PruneReport
 from tether.states import JobState
-from tether.store import create_store
+from tether.store import create_store, parse_sqlite_path
 from tether.task import EnqueueOptions
 from tether.worker import Worker
 
@@ -51,6 +53,8 @@ T = TypeVar("T")
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# How often `job cancel` and `job wait` refresh the job's state while they wait.
+LIVE_REFRESH = 0.5
 
 # Consoles look up sys.stdout/sys.stderr at write time, so test runners that swap them
 # still capture the output.
@@ -206,8 +210,15 @@ def load_app(ref: str) -> App:
     return obj
 
 
-def open_app(database: str | None, app_ref: str | None = None) -> App:
-    """The App a command works with; see the module docstring for the URL's precedence."""
+def open_app(database: str | None, app_ref: str | None = None, *, create: bool = False) -> App:
+    """The App a command works with; see the module docstring for the URL's precedence.
+
+    A SQLite file that does not exist is an error unless ``create`` (``migrate``,
+    ``worker``): a typo in ``--database`` would otherwise create an empty database and
+    report zeros. A URL that an ``--app`` defines is the app's own, and may be created.
+    """
+    if not create and (database or not app_ref):
+        _require_database(database or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL)
     if app_ref:
         app = load_app(app_ref)
         if database:
@@ -221,6 +232,48 @@ def open_app(database: str | None, app_ref: str | None = None) -> App:
     app.actor = _cli_actor()
     _opened.append(app.url)
     return app
+
+
+def _require_database(url: str) -> None:
+    """Refuse a SQLite URL whose file does not exist."""
+    create_store(url)  # a malformed URL gets its own clear error first
+    if url.startswith("sqlite:"):
+        path = parse_sqlite_path(url)
+        if not os.path.exists(path):
+            _opened.append(url)
+            raise StoreError(
+                f"no SQLite database at {path}: check --database (`tether migrate` or a "
+                "worker creates one)"
+            )
+
+
+@contextlib.asynccontextmanager
+async def _watching(app: App, job_id: int, doing: str, enabled: bool = True) -> AsyncIterator[None]:
+    """While the body runs, show a spinner on stderr with the job's state and the time
+    waited so far (only on a terminal: piped output stays clean)."""
+    if not enabled or not err.is_terminal:
+        yield
+        return
+    started = time.monotonic()
+    with err.status(f"{doing} job {job_id}") as status:
+
+        async def refresh() -> None:
+            while True:
+                try:
+                    state = (await app.get(job_id)).display_state
+                except TetherError:
+                    state = "?"
+                waited = time.monotonic() - started
+                status.update(f"{doing} job {job_id}: {state} ({waited:.0f}s)")
+                await asyncio.sleep(LIVE_REFRESH)
+
+        task = asyncio.create_task(refresh())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def run(app: App, coro: Coroutine[Any, Any, T]) -> T:
@@ -286,6 +339,34 @@ def worker(
             help="Seconds running jobs get to finish after SIGTERM before they are released.",
         ),
     ] = WorkerConfig.stop_timeout,
+    lease: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds a job's lease lasts without a heartbeat; a worker that vanishes has "
+            "its jobs run again about this long after. At least 2 x --heartbeat + 2.",
+        ),
+    ] = WorkerConfig.lease_duration,
+    heartbeat: Annotated[
+        float,
+        typer.Option(min=0.1, help="Seconds between heartbeats, which extend the leases."),
+    ] = WorkerConfig.heartbeat_interval,
+    cancel_grace: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds an async handler has, after ctx.cancelled is set, before it gets "
+            "CancelledError.",
+        ),
+    ] = WorkerConfig.cancel_grace,
+    ramp_window: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Open the worker's slots gradually over this many seconds after it starts "
+            "(0: all at once).",
+        ),
+    ] = WorkerConfig.ramp_window,
     max_abandoned_threads: Annotated[
         int | None,
         typer.Option(
@@ -297,6 +378,12 @@ def worker(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            help="text (for people) or json (one JSON object per line, for log collectors)."
+        ),
+    ] = "text",
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -326,14 +413,18 @@ def worker(
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error", EXIT_USAGE)
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    if log_format not in ("text", "json"):
+        fail(f"unknown --log-format {log_format!r}: use text or json", EXIT_USAGE)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     )
+    logging.basicConfig(level=level, handlers=[handler])
     # A long-running worker logs every connection failure, with its timestamp.
     logging.getLogger("psycopg.pool").propagate = True
-    app = open_app(database, app_ref)
+    app = open_app(database, app_ref, create=True)
     if retain:
         app.config = dataclasses.replace(
             app.config, retention=retention_from(app.config.retention, retain)
@@ -345,6 +436,10 @@ def worker(
         name=name,
         stop_timeout=stop_timeout,
         max_abandoned_threads=max_abandoned_threads,
+        lease_duration=lease,
+        heartbeat_interval=heartbeat,
+        cancel_grace=cancel_grace,
+        ramp_window=ramp_window,
     )
     w = Worker(app, config)
     if metrics_port is not None:
@@ -374,7 +469,7 @@ def _app_queues(app: App) -> tuple[str, ...]:
 @friendly
 def migrate(database: DatabaseOpt = None, app_ref: AppOpt = None) -> None:
     """Create or upgrade tether's tables (workers and producers also do it on first use)."""
-    app = open_app(database, app_ref)
+    app = open_app(database, app_ref, create=True)
     applied = run(app, app.migrate())
     if applied:
         out.print(f"applied migrations: {', '.join(str(v) for v in applied)}")
@@ -553,13 +648,20 @@ def job_show(
     """Show every field of one job, its history, and its cancellation if any."""
     app = open_app(database, app_ref)
 
-    async def fetch() -> tuple[Job, list[JobEvent], CancellationRecord | None]:
+    async def fetch() -> tuple[Job, list[JobEvent], CancellationRecord | None, str | None]:
         job = await app.get(job_id)
-        return job, await app.events(job_id), await app.cancellation(job_id)
+        return (
+            job,
+            await app.events(job_id),
+            await app.cancellation(job_id),
+            await app.unserved_reason(job),
+        )
 
-    job, events, cancellation = run(app, fetch())
+    job, events, cancellation, unserved = run(app, fetch())
     if as_json:
-        print_json({"job": job, "events": events, "cancellation": cancellation})
+        print_json(
+            {"job": job, "events": events, "cancellation": cancellation, "unserved": unserved}
+        )
         return
     now = now_utc()
     fields = Table.grid(padding=(0, 2))
@@ -588,6 +690,8 @@ def job_show(
             text = f"{value}  ({rel})"
         fields.add_row(name, text)
     out.print(fields)
+    if unserved is not None:
+        out.print(Text(f"⚠ waiting forever: {unserved}", style="yellow"))
     out.print()
     history = Table(title="history", title_justify="left", box=None, header_style="bold")
     history.add_column("at", no_wrap=True)
@@ -645,9 +749,10 @@ def job_cancel(
 
     async def go() -> tuple[Job, CancellationResult]:
         before = await app.get(job_id)
-        return before, await app.cancel(
-            job_id, reason=reason, force=force, cascade=cascade, wait=wait, actor=app.actor
-        )
+        async with _watching(app, job_id, "Cancelling", enabled=not as_json):
+            return before, await app.cancel(
+                job_id, reason=reason, force=force, cascade=cascade, wait=wait, actor=app.actor
+            )
 
     before, res = run(app, go())
     if before.state is JobState.CANCELLED and res.outcome == "cancelled":
@@ -695,12 +800,14 @@ def _progress_lines(res: CancellationResult) -> list[Text]:
             text = f"Stopped task assignment ({d.get('state_before')} → {d.get('state_after')})"
         elif step.name == "stop_runners":
             runners = d.get("runners_terminated", [])
-            text = (
-                f"Terminated {len(runners)} runner(s)"
-                + (f": {', '.join(runners)}" if runners else "")
-                if step.status != "skipped"
-                else "No runner was active"
-            )
+            if step.status == "skipped":
+                text = "No runner was active"
+            elif runners or step.status == "failed":
+                text = f"Terminated {len(runners)} runner(s)" + (
+                    f": {', '.join(runners)}" if runners else ""
+                )
+            else:
+                text = "No runner to stop: the job ended before the request reached it"
         elif step.name == "update_tasks":
             text = (
                 f"Cancelled {len(d.get('cancelled', []))} task(s); "
@@ -933,7 +1040,12 @@ def job_wait(
 ) -> None:
     """Wait until a job succeeds, fails or is cancelled; exit 0 only if it succeeded."""
     app = open_app(database, app_ref)
-    job = run(app, app.wait(job_id, timeout))
+
+    async def go() -> Job:
+        async with _watching(app, job_id, "Waiting for"):
+            return await app.wait(job_id, timeout)
+
+    job = run(app, go())
     line = Text(f"job {job.id} ")
     line.append_text(display.state_text(job.display_state))
     if job.error:
@@ -980,6 +1092,10 @@ def queue_list(
             ),
         )
     out.print(table)
+    for q in queues:
+        for u in q.unserved:
+            note = f"⚠ queue {q.name}: {u.jobs} waiting job(s): {u.reason}"
+            out.print(Text(note, style="yellow"))
 
 
 @queue_cli.command("pause")
@@ -989,12 +1105,22 @@ def queue_pause(
     reason: Annotated[
         str | None, typer.Option(help="Why (shown by `tether queue list`).", show_default=False)
     ] = None,
+    create: Annotated[
+        bool,
+        typer.Option(help="Pause a queue that has never been seen (no jobs, no worker) too."),
+    ] = False,
     database: DatabaseOpt = None,
     app_ref: AppOpt = None,
 ) -> None:
     """Stop workers from claiming from a queue; running jobs finish."""
     app = open_app(database, app_ref)
-    run(app, app.pause_queue(name, reason=reason))
+
+    async def go() -> None:
+        if not create:
+            await _known_queue(app, name)
+        await app.pause_queue(name, reason=reason)
+
+    run(app, go())
     out.print(f"queue {name} paused: no new claims; running jobs finish")
 
 
@@ -1002,12 +1128,33 @@ def queue_pause(
 @friendly
 def queue_resume(
     name: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    create: Annotated[
+        bool, typer.Option(help="Accept a queue that has never been seen (no jobs, no worker).")
+    ] = False,
     database: DatabaseOpt = None,
     app_ref: AppOpt = None,
 ) -> None:
     """Let workers claim from a paused queue again."""
     app = open_app(database, app_ref)
-    run(app, app.resume_queue(name))
+
+    async def go() -> None:
+        if not create:
+            await _known_queue(app, name)
+        await app.resume_queue(name)
+
+    run(app, go())
+
+
+async def _known_queue(app: App, name: str) -> None:
+    """Refuse a queue that has no jobs, no pause flag and no worker: most likely a typo."""
+    known = {q.name for q in await app.queues()}
+    known |= {q for w in await app.workers() for q in w.queues}
+    if name not in known:
+        listed = ", ".join(sorted(known)) or "none"
+        raise InvalidJobError(
+            f"queue {name!r} has never been seen (known queues: {listed}); "
+            "use --create to pause or resume it anyway"
+        )
     out.print(f"queue {name} resumed")
 
 
@@ -1058,6 +1205,8 @@ def workers(
         cols = ["id", "name", "host", "pid", "state", "running", "heartbeat", "started"]
         for col in cols + (["abandoned"] if abandoned else []):
             table.add_column(col, justify="right" if col in ("pid", "running") else "left")
+        table.add_column("queues", overflow="fold")
+        table.add_column("tasks", overflow="fold")
         for w in shown:
             row: list[str | Text] = [
                 w.id,
@@ -1077,6 +1226,8 @@ def workers(
                     if w.thread_pool_full
                     else Text(str(w.abandoned_threads or ""), style="yellow")
                 )
+            row.append(",".join(w.queues))
+            row.append(", ".join(w.tasks) if w.tasks is not None else Text("?", style="grey50"))
             table.add_row(*row)
         out.print(table)
     else:
@@ -1207,6 +1358,88 @@ def key_configure(
     app = open_app(database, app_ref)
     run(app, app.configure_key(key, max_running=max_running, block_on_hold=block_on_hold))
     out.print(f"key {key}: up to {max_running} running; blocked by held jobs: {block_on_hold}")
+
+
+rate_cli = typer.Typer(
+    help="Rate limits: how fast jobs of a queue or task may start, across every worker.",
+    no_args_is_help=True,
+)
+cli.add_typer(rate_cli, name="rate-limit")
+
+QueueTarget = Annotated[
+    str | None, typer.Option("--queue", help="Limit this queue's jobs.", show_default=False)
+]
+TaskTarget = Annotated[
+    str | None,
+    typer.Option("--task", help="Limit this task's jobs, on every queue.", show_default=False),
+]
+
+
+@rate_cli.command("set")
+@friendly
+def rate_limit_set(
+    per_second: Annotated[
+        float,
+        typer.Option(help="Jobs that may start per second, on average.", show_default=False),
+    ],
+    queue: QueueTarget = None,
+    task: TaskTarget = None,
+    burst: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Jobs that may start at once after a quiet spell (default: per-second, "
+            "rounded up).",
+            show_default=False,
+        ),
+    ] = None,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Limit how fast jobs of a queue (--queue) or a task (--task) start."""
+    app = open_app(database, app_ref)
+    run(app, app.rate_limit(queue=queue, task=task, per_second=per_second, burst=burst))
+    target = f"queue {queue}" if queue is not None else f"task {task}"
+    shown = burst if burst is not None else "default"
+    out.print(f"{target}: at most {per_second:g} job(s)/s, bursts of {shown}")
+
+
+@rate_cli.command("remove")
+@friendly
+def rate_limit_remove(
+    queue: QueueTarget = None,
+    task: TaskTarget = None,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Drop the rate limit of a queue (--queue) or a task (--task)."""
+    app = open_app(database, app_ref)
+    target = f"queue {queue}" if queue is not None else f"task {task}"
+    if not run(app, app.remove_rate_limit(queue=queue, task=task)):
+        fail(f"{target} has no rate limit")
+    out.print(f"{target}: no rate limit")
+
+
+@rate_cli.command("list")
+@friendly
+def rate_limit_list(
+    database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List rate limits with the tokens (jobs that may start now) each holds."""
+    app = open_app(database, app_ref)
+    limits = run(app, app.rate_limits())
+    if as_json:
+        print_json(limits)
+        return
+    if not limits:
+        out.print("no rate limits")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("scope", "name", "per second", "burst", "may start now"):
+        table.add_column(col, justify="right" if col in ("per second", "burst") else "left")
+    for r in limits:
+        table.add_row(r.scope, r.name, f"{r.per_second:g}", str(r.burst), str(int(r.tokens)))
+    out.print(table)
 
 
 # -- API server, tokens and audit ---------------------------------------------------------

@@ -133,6 +133,11 @@ class WorkerInfo:
     abandoned_threads: int = 0
     #: Abandoned threads fill the worker's thread pool: it claims no thread jobs.
     thread_pool_full: bool = False
+    #: The queues it claims from.
+    queues: tuple[str, ...] = ()
+    #: The tasks it can run; ``None``: not recorded (a worker from before version 20),
+    #: taken to serve every task.
+    tasks: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,16 @@ class JobFilter:
 
 
 @dataclass(frozen=True)
+class Unserved:
+    """Waiting jobs of one task on one queue that no live worker serves."""
+
+    queue: str
+    task: str
+    jobs: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class QueueInfo:
     """A queue: whether it is paused, and its jobs by state."""
 
@@ -211,6 +226,21 @@ class QueueInfo:
     paused: bool
     reason: str | None
     counts: dict[str, int]
+    #: Its waiting jobs that no live worker can run, by task.
+    unserved: tuple[Unserved, ...] = ()
+
+
+@dataclass(frozen=True)
+class RateLimitInfo:
+    """A rate limit on a queue or a task: a token bucket refilled at ``per_second`` up
+    to ``burst``; every claim spends one token."""
+
+    scope: str
+    name: str
+    per_second: float
+    burst: int
+    #: Tokens in the bucket when last refilled (a claim refills it first).
+    tokens: float
 
 
 @dataclass(frozen=True)

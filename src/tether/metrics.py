@@ -27,7 +27,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tether.job import Job, Outcome, QueueInfo, WorkerInfo
+from tether.job import Job, Outcome, QueueInfo, Unserved, WorkerInfo
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -195,9 +195,15 @@ def http_request(method: str, route: str, status: int) -> None:
 class _Snapshot(Collector):
     """Gauges from one read of the database, taken just before a scrape."""
 
-    def __init__(self, queues: list[QueueInfo], workers: list[WorkerInfo]) -> None:
+    def __init__(
+        self,
+        queues: list[QueueInfo],
+        workers: list[WorkerInfo],
+        unserved: list[Unserved] | None = None,
+    ) -> None:
         self.queues = queues
         self.workers = workers
+        self.unserved = unserved or []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily(
@@ -216,13 +222,21 @@ class _Snapshot(Collector):
             by_state[w.state] = by_state.get(w.state, 0) + 1
         for state, n in sorted(by_state.items()):
             workers.add_metric([state], n)
-        yield from (jobs, paused, workers)
+        unserved = GaugeMetricFamily(
+            "tether_jobs_unserved",
+            "Waiting jobs that no live worker can run (no worker serves their task on "
+            "their queue).",
+            labels=["queue", "task"],
+        )
+        for u in self.unserved:
+            unserved.add_metric([u.queue, u.task], u.jobs)
+        yield from (jobs, paused, workers, unserved)
 
 
 async def render(app: App) -> bytes:
     """This process's metrics plus the database gauges, in the text exposition format."""
     snapshot = CollectorRegistry(auto_describe=False)
-    snapshot.register(_Snapshot(await app.queues(), await app.workers()))
+    snapshot.register(_Snapshot(await app.queues(), await app.workers(), await app.unserved()))
     return generate_latest(REGISTRY) + generate_latest(snapshot)
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal
 
 from typing_extensions import ParamSpec, TypeVar
@@ -156,3 +159,34 @@ class BoundTask(Generic[P, R]):
 def is_async(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` should run on the event loop rather than in a thread."""
     return inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
+
+
+def module_name(fn: Callable[..., Any]) -> str:
+    """The module a task's name starts with: ``fn.__module__``, except for a function
+    defined in a script run as ``__main__``.
+
+    ``python mymodule.py`` defines ``crawl`` in ``__main__``, while the worker
+    (``tether worker --app mymodule:app``) imports the same file as ``mymodule``. The job
+    must carry the name the worker knows, so a script's tasks are named after the
+    module the script would be imported as: ``__spec__.name`` under ``python -m``, else
+    the file's name. Without a file (an interactive session) the name stays
+    ``__main__`` and a warning says that no worker will know it.
+    """
+    module = str(fn.__module__)
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    spec_name = getattr(spec, "name", None)
+    if spec_name and spec_name != "__main__":
+        return str(spec_name)  # python -m pkg.mod (or -m pkg: pkg.__main__)
+    path = getattr(main, "__file__", None)
+    if path:
+        return Path(path).stem
+    warnings.warn(
+        f"task {fn.__qualname__} is defined in __main__ without a file; a worker cannot "
+        "import it, so its jobs would wait forever. Define it in a module, or give it a "
+        "name= that a worker registers.",
+        stacklevel=4,
+    )
+    return module

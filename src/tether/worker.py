@@ -47,7 +47,8 @@ from tether.errors import (
     WaitForChildren,
 )
 from tether.executors import Handle, ThreadHandle, start_handler
-from tether.job import Beat, Job, Outcome
+from tether.job import Beat, Job, JobFilter, Outcome
+from tether.logs import job_fields
 from tether.maintenance import CancellationFollowUp, LeaderElection, Pruner, Rescuer, Scheduler
 from tether.procinfo import hostname, start_time
 from tether.service import Service
@@ -86,6 +87,10 @@ class Run:
     # Loop time the claim that leased it was sent: its lease began no earlier.
     leased_at: float = 0.0
     began: float = 0.0
+    #: Why it was asked to stop (the cancel or pause request's reason), for the log.
+    reason: str | None = None
+    #: The requests (cancel, pause) already logged: the heartbeat repeats them.
+    logged: set[str] = field(default_factory=set)
 
 
 class Completer(Service):
@@ -179,12 +184,16 @@ class Heartbeater(Service):
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
                 w.interrupt(run, "lease_lost")
+        heard: list[tuple[Run, str]] = []
         for req in res.requests:
             held = w.running.get(req.job_id)
             if held is not None and req.cancel:
                 w.interrupt(held, "cancel", force=req.force)
+                heard.append((held, "cancel"))
             elif held is not None and req.pause:
                 w.interrupt(held, "pause", detail="pause requested")
+                heard.append((held, "pause"))
+        await w.log_requests(heard)
         return len(beats)
 
     @property
@@ -437,6 +446,7 @@ class Worker:
             start_time(self.pid),
             self.config.queues,
             self.config.concurrency,
+            tasks=self.task_names,
         )
         self.claimer = Claimer(self)
         self.heartbeater = Heartbeater(self)
@@ -741,7 +751,20 @@ class Worker:
         self.executing += 1
         self._idle.clear()
         metrics.job_started(job)
-        log.debug("job %s (%s) attempt %d started", job.id, job.task, job.attempt)
+        log.debug(
+            "job %s (%s) attempt %d started",
+            job.id,
+            job.task,
+            job.attempt,
+            extra=job_fields(
+                "job_started",
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                worker_id=self.id,
+            ),
+        )
         try:
             if unfit is not None:
                 raise Fail(f"the arguments do not fit the handler: {unfit}")
@@ -949,17 +972,75 @@ class Worker:
         if fut.cancelled():
             return
         if fut.result():
+            duration = asyncio.get_running_loop().time() - run.began
+            reason = outcome.reason
+            if outcome.state in (JobState.CANCELLED, JobState.PAUSED) and run.reason:
+                reason = run.reason
             log.log(
                 logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
-                "job %s (%s): %s%s",
+                "job %s (%s) attempt %d: %s after %.3fs%s",
                 job.id,
                 job.task,
+                job.attempt,
                 outcome.state,
-                f" ({outcome.reason})" if outcome.reason else "",
+                duration,
+                f" ({reason})" if reason else "",
+                extra=job_fields(
+                    "job_finished",
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration=round(duration, 6),
+                    state=outcome.state.value,
+                    reason=reason,
+                    worker_id=self.id,
+                ),
             )
         else:
             metrics.lease_lost()
             log.warning("job %s: lease lost before its outcome was recorded", job.id)
+
+    async def log_requests(self, heard: list[tuple[Run, str]]) -> None:
+        """Log at INFO that running jobs were asked to ``cancel`` or ``pause``, with each
+        request's reason, once per request (the heartbeat returns it until the job stops).
+        The heartbeat carries only the flags, so the reasons are read in one query."""
+        new = [(run, kind) for run, kind in heard if kind not in run.logged]
+        if not new:
+            return
+        for run, kind in new:
+            run.logged.add(kind)
+        ids = tuple({run.job.id for run, _ in new})
+        try:
+            found = {
+                j.id: j for j in await self.store.list_jobs(JobFilter(ids=ids, limit=len(ids)))
+            }
+        except Exception as exc:  # the log lines must not cost the heartbeat
+            log.debug("could not read the reasons of %d request(s): %s", len(ids), exc)
+            found = {}
+        for run, kind in new:
+            job, now = run.job, found.get(run.job.id)
+            if now is not None:
+                run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
+            force = kind == "cancel" and now is not None and now.cancel_force
+            log.info(
+                "job %s (%s) attempt %d: %s requested%s: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                kind,
+                " (force)" if force else "",
+                run.reason or "no reason given",
+                extra=job_fields(
+                    f"{kind}_requested",
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    reason=run.reason,
+                    worker_id=self.id,
+                ),
+            )
 
     def _forget(self, run: Run) -> None:
         if self.running.get(run.job.id) is run:

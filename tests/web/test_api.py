@@ -192,7 +192,13 @@ async def test_cancel_a_running_job_and_wait_for_its_status(tapp: App, authed: C
 async def test_queues_keys_workers_and_stats(tapp: App, authed: Client, job_in: JobIn) -> None:
     running = await job_in("running", key="tenant-1")
     res = await authed.post("root", "/api/queues/bulk/pause", json={"reason": "maintenance"})
-    assert res.json() == {"name": "bulk", "paused": True, "reason": "maintenance", "counts": {}}
+    assert res.json() == {
+        "name": "bulk",
+        "paused": True,
+        "reason": "maintenance",
+        "counts": {},
+        "unserved": {},
+    }
     queues = {q["name"]: q for q in (await authed.get("eve", "/api/queues")).json()["items"]}
     assert queues["bulk"]["paused"] and queues[running.queue]["counts"] == {"running": 1}
     res = await authed.post("root", "/api/queues/bulk/resume")
@@ -211,6 +217,26 @@ async def test_queues_keys_workers_and_stats(tapp: App, authed: Client, job_in: 
         assert (found[0]["abandoned_threads"], found[0]["thread_pool_full"]) == (0, False)
     finally:
         await worker.stop()
+
+
+async def test_a_job_no_worker_serves_is_flagged_in_detail_and_queues(
+    tapp: App, authed: Client, job_in: JobIn
+) -> None:
+    job = await job_in("queued")
+    why = f"no worker serves task echo on queue {job.queue}"
+    detail = (await authed.get("alice", f"/api/jobs/{job.id}")).json()
+    assert detail["unserved"] == why + " (no worker is running)"
+    worker = Worker(tapp, fast_config(queues=(job.queue,)))
+    await worker.start(services=False)
+    try:
+        detail = (await authed.get("alice", f"/api/jobs/{job.id}")).json()
+        assert detail["unserved"] is None
+        (found,) = (await authed.get("eve", "/api/workers")).json()["items"]
+        assert found["queues"] == [job.queue] and "echo" in found["tasks"]
+    finally:
+        await worker.stop()
+    queues = {q["name"]: q for q in (await authed.get("eve", "/api/queues")).json()["items"]}
+    assert queues[job.queue]["unserved"] == {"echo": why + " (no worker is running)"}
 
 
 async def test_health_and_metrics(authed: Client, job_in: JobIn) -> None:

@@ -80,6 +80,7 @@ def test_serve_tokens_and_audit_end_to_end(tmp_path: Path) -> None:
         res = runner.invoke(cli, [*args, *db], env={"COLUMNS": "200"})
         return res.exit_code, res.stdout, res.stderr
 
+    assert tether("migrate")[0] == 0  # serve, like every command but a few, needs it made
     # No token: a public address is refused before anything listens.
     code, _, err = tether("serve", "--host", "0.0.0.0", "--port", str(free_port()))
     assert code == 2 and "refusing to listen on 0.0.0.0" in err

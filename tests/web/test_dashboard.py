@@ -483,6 +483,21 @@ def test_a_live_refresh_between_action_and_redirect_keeps_the_message(stack: Sta
         assert 'class="flash' not in http.get(f"/jobs/{job_id}").text  # shown once
 
 
+def test_a_job_no_worker_serves_is_flagged_on_its_page_and_the_queues_page(
+    stack: Stack,
+) -> None:
+    job_id = stack.enqueue("echo", {}, queue="nowhere")
+    why = "no worker serves task echo on queue nowhere"  # then why: no worker, or none there
+    with httpx.Client(base_url=stack.base, timeout=10) as http:
+        form = http.get("/login")
+        nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert nonce is not None
+        http.post("/login", data={"token": stack.tokens["eve"], "csrf": nonce.group(1)})
+        assert why in http.get(f"/jobs/{job_id}").text
+        assert why in http.get("/queues").text
+    stack.api("POST", f"/api/jobs/{job_id}/cancel")
+
+
 def test_bulk_cancel_asks_first_and_is_capped(page: Page, stack: Stack) -> None:
     ids = [stack.enqueue("step", {"steps": 5}, delay=3600, queue="bulk") for _ in range(2)]
     login(page, stack)

@@ -29,6 +29,7 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    RateLimitInfo,
     TokenInfo,
     WorkerInfo,
 )
@@ -159,6 +160,19 @@ class Store(Protocol):
     async def list_limits(self) -> list[LimitInfo]:
         """Every key and resource pool with its counters."""
 
+    async def waiting_by_task(self) -> dict[tuple[str, str], int]:
+        """Queued and retrying jobs, counted by ``(queue, task)``."""
+
+    async def set_rate_limit(self, scope: str, name: str, per_second: float, burst: int) -> None:
+        """Create or change the rate limit of a queue or task (``scope``); a new or
+        changed limit starts with a full bucket."""
+
+    async def remove_rate_limit(self, scope: str, name: str) -> bool:
+        """Drop a rate limit; ``False`` if there was none."""
+
+    async def list_rate_limits(self) -> list[RateLimitInfo]:
+        """Every rate limit, by scope and name."""
+
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
         """Fenced write of an artifact; ``False`` means the lease is lost."""
 
@@ -225,9 +239,10 @@ class Store(Protocol):
         queues: Sequence[str],
         concurrency: int,
         space: PidSpace | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> None:
-        """Record a worker incarnation as active; ``pid`` belongs to ``space`` (by
-        default this process's)."""
+        """Record a worker incarnation as active, with the queues and tasks it serves;
+        ``pid`` belongs to ``space`` (by default this process's)."""
 
     async def set_worker_state(self, worker_id: str, state: str) -> None:
         """Move a worker to ``active``, ``draining``, ``stopped`` or ``dead``."""
@@ -247,7 +262,10 @@ class Store(Protocol):
         limit: int,
         lease_duration: float,
     ) -> list[Job]:
-        """Lease up to ``limit`` claimable jobs, bumping each lease token."""
+        """Lease up to ``limit`` claimable jobs, bumping each lease token.
+
+        A job whose queue or task has a rate limit is taken only while that limit's
+        bucket holds a token, and taking it spends one, in the same transaction."""
 
     async def heartbeat(
         self, worker_id: str, beats: Sequence[Beat], lease_duration: float

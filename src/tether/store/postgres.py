@@ -39,6 +39,7 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    RateLimitInfo,
     TokenInfo,
     WorkerInfo,
 )
@@ -110,8 +111,14 @@ SELECT pg_advisory_xact_lock(%s, h) FROM (
 """
 
 Q_CLAIM: LiteralString = f"""
-SELECT {JOB_COLUMNS} FROM tether_claim(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
+SELECT {JOB_COLUMNS}
+FROM tether_claim_paced(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
 """
+
+# A rate limit's bucket as of now: what it held, refilled since, never above the burst.
+RATE_TOKENS: LiteralString = (
+    "least(burst, tokens + greatest(0, extract(epoch FROM now() - refilled_at)) * per_second)"
+)
 
 Q_HEARTBEAT: LiteralString = """
 WITH v AS (
@@ -767,6 +774,52 @@ class PostgresStore:
             )
             return [self._rows.limit(r) for r in await cur.fetchall()]
 
+    async def waiting_by_task(self) -> dict[tuple[str, str], int]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT queue, task, COUNT(*) AS n FROM tether_jobs "
+                "WHERE state IN ('queued', 'retrying') GROUP BY 1, 2"
+            )
+            return {(r["queue"], r["task"]): r["n"] for r in await cur.fetchall()}
+
+    async def set_rate_limit(self, scope: str, name: str, per_second: float, burst: int) -> None:
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO tether_rate_limits (id, per_second, burst, tokens) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                "per_second = excluded.per_second, burst = excluded.burst, "
+                "tokens = excluded.tokens, refilled_at = now()",
+                (f"{scope}:{name}", per_second, burst, burst),
+            )
+            await self._notify(conn, "tether_enqueued", [h.ANY])
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+
+    async def remove_rate_limit(self, scope: str, name: str) -> bool:
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM tether_rate_limits WHERE id = %s", (f"{scope}:{name}",)
+            )
+            await self._notify(conn, "tether_enqueued", [h.ANY])
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+        return cur.rowcount > 0
+
+    async def list_rate_limits(self) -> list[RateLimitInfo]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT id, per_second, burst, {RATE_TOKENS} AS tokens "
+                "FROM tether_rate_limits ORDER BY id"
+            )
+            return [
+                RateLimitInfo(
+                    r["id"].split(":", 1)[0],
+                    r["id"].split(":", 1)[1],
+                    r["per_second"],
+                    r["burst"],
+                    float(r["tokens"]),
+                )
+                for r in await cur.fetchall()
+            ]
+
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
         async with self._conn() as conn, conn.transaction():
             cur = await conn.execute(
@@ -920,6 +973,7 @@ class PostgresStore:
         queues: Sequence[str],
         concurrency: int,
         space: PidSpace | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> None:
         space = pid_space() if space is None else space
         await self.listen()
@@ -928,8 +982,8 @@ class PostgresStore:
         async with self._conn() as conn:
             await conn.execute(
                 "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
-                "machine_id, backend_pid, queues, concurrency, state) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active')",
+                "machine_id, backend_pid, queues, concurrency, state, tasks) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active', %s)",
                 (
                     worker_id,
                     name,
@@ -942,6 +996,7 @@ class PostgresStore:
                     self._backend_pid,
                     ",".join(queues),
                     concurrency,
+                    json.dumps(sorted(tasks)) if tasks is not None else None,
                 ),
             )
 

@@ -149,6 +149,8 @@ class RowReader:
             running_jobs=row["running_jobs"],
             abandoned_threads=row["abandoned_threads"],
             thread_pool_full=bool(row["thread_pool_full"]),
+            queues=tuple(q for q in row["queues"].split(",") if q),
+            tasks=tuple(json.loads(row["tasks"])) if row["tasks"] is not None else None,
         )
 
     def limit(self, row: Row) -> LimitInfo:

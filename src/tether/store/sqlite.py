@@ -39,6 +39,7 @@ from tether.job import (
     NewJob,
     Outcome,
     QueueInfo,
+    RateLimitInfo,
     TokenInfo,
     WorkerInfo,
 )
@@ -83,6 +84,8 @@ LOCK_POLL = 0.001
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
 OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
+# A rate limit's bucket as of now: what it held, refilled since, never above the burst.
+RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
 
 
 def _marks(n: int) -> str:
@@ -608,6 +611,46 @@ class SqliteStore:
 
         return await self._call(run)
 
+    async def waiting_by_task(self) -> dict[tuple[str, str], int]:
+        def run() -> dict[tuple[str, str], int]:
+            rows = self._db().execute(
+                "SELECT queue, task, COUNT(*) FROM tether_jobs "
+                "WHERE state IN ('queued', 'retrying') GROUP BY 1, 2"
+            )
+            return {(r[0], r[1]): r[2] for r in rows}
+
+        return await self._call(run)
+
+    async def set_rate_limit(self, scope: str, name: str, per_second: float, burst: int) -> None:
+        await self._write_async(
+            lambda conn: conn.execute(
+                "INSERT INTO tether_rate_limits (id, per_second, burst, tokens, refilled_at) "
+                f"VALUES (?, ?, ?, ?, {NOW}) ON CONFLICT (id) DO UPDATE SET "
+                "per_second = excluded.per_second, burst = excluded.burst, "
+                "tokens = excluded.tokens, refilled_at = excluded.refilled_at",
+                (f"{scope}:{name}", per_second, burst, burst),
+            )
+        )
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+
+    async def remove_rate_limit(self, scope: str, name: str) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("DELETE FROM tether_rate_limits WHERE id = ?", (f"{scope}:{name}",))
+            return cur.rowcount > 0
+
+        removed = await self._write_async(run)
+        self.hints.publish(h.ENQUEUED, [h.ANY])
+        return removed
+
+    async def list_rate_limits(self) -> list[RateLimitInfo]:
+        def run() -> list[RateLimitInfo]:
+            rows = self._db().execute(
+                f"SELECT id, per_second, burst, {RATE_TOKENS} FROM tether_rate_limits ORDER BY id"
+            )
+            return [_rate_limit(r[0], r[1], r[2], r[3]) for r in rows]
+
+        return await self._call(run)
+
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
@@ -774,13 +817,14 @@ class SqliteStore:
         queues: Sequence[str],
         concurrency: int,
         space: PidSpace | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> None:
         space = pid_space() if space is None else space
         await self._write_async(
             lambda conn: conn.execute(
                 "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
-                "machine_id, queues, concurrency, started_at, heartbeat_at, state) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NOW}, {NOW}, 'active')",
+                "machine_id, queues, concurrency, started_at, heartbeat_at, state, tasks) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NOW}, {NOW}, 'active', ?)",
                 (
                     worker_id,
                     name,
@@ -792,6 +836,7 @@ class SqliteStore:
                     space.machine_id,
                     ",".join(queues),
                     concurrency,
+                    json.dumps(sorted(tasks)) if tasks is not None else None,
                 ),
             )
         )
@@ -852,14 +897,23 @@ class SqliteStore:
             # The write lock serializes claimers, so the limits can be checked in Python:
             # walk the candidates in order and keep those whose limits still have room.
             rows = conn.execute(
-                f"SELECT id, limits {pick} "
+                f"SELECT id, limits, queue, task {pick} "
                 "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
                 "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
                 "AS je JOIN tether_limits l ON l.name = je.value WHERE l.used >= l.capacity "
                 "OR (l.held > 0 AND l.block_on_hold))) "
+                "AND NOT EXISTS (SELECT 1 FROM tether_rate_limits r "
+                "WHERE r.id IN ('queue:' || tether_jobs.queue, 'task:' || tether_jobs.task) "
+                f"AND {RATE_TOKENS} < 1) "
                 "ORDER BY priority DESC, run_at, id LIMIT ?",
                 [*pick_params, limit * 2],
             ).fetchall()
+            # Rate limits: the token each bucket holds now; a claim spends one per job.
+            tokens = {
+                r[0]: r[1]
+                for r in conn.execute(f"SELECT id, {RATE_TOKENS} FROM tether_rate_limits")
+            }
+            spent: dict[str, int] = {}
             wanted = {n for r in rows if r["limits"] for n in json.loads(r["limits"])}
             room: dict[str, int] = {}
             if wanted:
@@ -874,12 +928,22 @@ class SqliteStore:
                 if len(chosen) >= limit:
                     break
                 needs = json.loads(r["limits"]) if r["limits"] else []
-                if all(room.get(n, 0) > 0 for n in needs):
+                rated = [b for b in (f"queue:{r['queue']}", f"task:{r['task']}") if b in tokens]
+                if all(room.get(n, 0) > 0 for n in needs) and all(
+                    tokens[b] - spent.get(b, 0) >= 1 for b in rated
+                ):
                     for n in needs:
                         room[n] -= 1
+                    for b in rated:
+                        spent[b] = spent.get(b, 0) + 1
                     chosen.append(r["id"])
             if not chosen:
                 return []
+            conn.executemany(
+                f"UPDATE tether_rate_limits SET tokens = max(0.0, ? - ?), refilled_at = {NOW} "
+                "WHERE id = ?",
+                [(tokens[b], n, b) for b, n in spent.items()],
+            )
             updated = conn.execute(
                 "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
                 f"worker_id = ?, lease_token = lease_token + 1, "
@@ -1710,6 +1774,11 @@ class CallerSqliteStore(SqliteStore):
 
 
 _API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
+
+
+def _rate_limit(bucket: str, per_second: float, burst: int, tokens: float) -> RateLimitInfo:
+    scope, name = bucket.split(":", 1)
+    return RateLimitInfo(scope, name, per_second, burst, tokens)
 
 
 def _split_sql(script: str) -> list[str]:

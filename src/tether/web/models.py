@@ -207,6 +207,11 @@ class JobDetail(JobOut):
     children: list[JobRef]
     depends_on: list[int]
     dependents: list[int]
+    unserved: str | None = Field(
+        default=None,
+        description="Why no live worker can run this waiting job (for example: no worker "
+        "serves task X on queue Q); null when one can, or the job is not waiting.",
+    )
 
 
 class JobPage(BaseModel):
@@ -435,11 +440,22 @@ class QueueOut(BaseModel):
     paused: bool
     reason: str | None
     counts: dict[str, int]
+    unserved: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tasks with waiting jobs on this queue that no live worker can run, "
+        "each with why.",
+    )
 
     @classmethod
     def of(cls, q: QueueInfo) -> QueueOut:
         """The API view of a queue."""
-        return cls(name=q.name, paused=q.paused, reason=q.reason, counts=q.counts)
+        return cls(
+            name=q.name,
+            paused=q.paused,
+            reason=q.reason,
+            counts=q.counts,
+            unserved={u.task: u.reason for u in q.unserved},
+        )
 
 
 class QueueList(BaseModel):
@@ -500,6 +516,10 @@ class WorkerOut(BaseModel):
         description="Abandoned threads fill the worker's thread pool: it claims no thread jobs."
     )
     jobs: list[int]
+    queues: list[str] = Field(default_factory=list, description="The queues it claims from.")
+    tasks: list[str] | None = Field(
+        default=None, description="The tasks it can run (null: not recorded, taken as all)."
+    )
 
     @classmethod
     def of(cls, w: WorkerInfo, jobs: list[int]) -> WorkerOut:
@@ -516,6 +536,8 @@ class WorkerOut(BaseModel):
             abandoned_threads=w.abandoned_threads,
             thread_pool_full=w.thread_pool_full,
             jobs=jobs,
+            queues=list(w.queues),
+            tasks=list(w.tasks) if w.tasks is not None else None,
         )
 
 

@@ -170,6 +170,7 @@ async def get_job(job_id: JobIdPath, caller: Reader) -> JobDetail:
         children=[JobRef.of(c) for c in children[:MAX_LISTED]],
         depends_on=await _visible_ids(caller, upstream),
         dependents=await _visible_ids(caller, downstream),
+        unserved=await caller.app.unserved_reason(job),
     )
 
 

@@ -1,0 +1,93 @@
+"""Rate limits: a token bucket per queue or task, spent inside the claim on every store.
+
+Time is driven through the database: a bucket's ``refilled_at`` is moved into the past
+instead of sleeping, and the rates are so slow that the real time a test takes refills
+far less than one token.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tether.store import Store
+
+from .support import Db, new_job
+
+SLOW = 0.001  # tokens a second: under one token in 15 minutes of real time
+
+
+async def _jobs(
+    store: Store, n: int, *, queue: str = "a", task: str = "t", **fields: object
+) -> None:
+    await store.enqueue([new_job(task=task, queue=queue, **fields) for _ in range(n)])
+
+
+async def _claim(store: Store, worker: str = "w1", queues: tuple[str, ...] = ("a",),
+                 tasks: tuple[str, ...] = ("t",), limit: int = 50) -> list[str]:  # fmt: skip
+    return [j.queue + "/" + j.task for j in await store.claim(worker, queues, tasks, limit, 60.0)]
+
+
+async def test_claims_beyond_the_burst_are_refused_across_workers(store: Store) -> None:
+    await store.set_rate_limit("queue", "a", SLOW, 3)
+    await _jobs(store, 10)
+    assert len(await _claim(store, "w1", limit=2)) == 2
+    assert len(await _claim(store, "w2")) == 1  # the same bucket, whichever worker asks
+    assert await _claim(store, "w1") == []
+    assert await _claim(store, "w2") == []
+    [limit] = await store.list_rate_limits()
+    assert (limit.scope, limit.name, limit.burst, int(limit.tokens)) == ("queue", "a", 3, 0)
+
+
+async def test_the_bucket_refills_with_database_time_up_to_the_burst(store: Store, db: Db) -> None:
+    await store.set_rate_limit("queue", "a", SLOW, 3)
+    await _jobs(store, 20)
+    assert len(await _claim(store)) == 3
+    db.set_ago("tether_rate_limits", "refilled_at", "queue:a", 2 / SLOW + 1)  # two tokens' worth
+    assert len(await _claim(store)) == 2
+    assert await _claim(store) == []
+    db.set_ago("tether_rate_limits", "refilled_at", "queue:a", 1000 / SLOW)  # far more than burst
+    assert len(await _claim(store)) == 3
+
+
+async def test_other_queues_and_tasks_are_not_held_back(store: Store) -> None:
+    await store.set_rate_limit("queue", "a", SLOW, 1)
+    await _jobs(store, 3, queue="a")
+    await _jobs(store, 3, queue="b")
+    taken = Counter(await _claim(store, queues=("a", "b")))
+    assert taken == {"a/t": 1, "b/t": 3}
+
+
+async def test_a_task_limit_holds_on_every_queue_and_combines_with_a_queue_limit(
+    store: Store,
+) -> None:
+    await store.set_rate_limit("task", "slow", SLOW, 2)
+    await store.set_rate_limit("queue", "b", SLOW, 1)
+    await _jobs(store, 3, queue="a", task="slow")
+    await _jobs(store, 3, queue="b", task="slow")
+    await _jobs(store, 3, queue="b", task="fast")
+    taken = Counter(await _claim(store, queues=("a", "b"), tasks=("slow", "fast")))
+    # Two of slow in all (its bucket), one job from queue b in all (its bucket).
+    assert sum(n for k, n in taken.items() if k.endswith("/slow")) == 2
+    assert sum(n for k, n in taken.items() if k.startswith("b/")) == 1
+    assert sum(taken.values()) == 3
+
+
+async def test_a_job_held_back_by_its_concurrency_key_spends_no_token(store: Store) -> None:
+    await store.set_rate_limit("queue", "a", SLOW, 5)
+    await _jobs(store, 3, key="k", limits=("key:k",))
+    assert len(await _claim(store)) == 1  # one running job per key
+    assert await _claim(store) == []
+    [limit] = await store.list_rate_limits()
+    assert int(limit.tokens) == 4
+
+
+async def test_changing_or_removing_a_limit(store: Store) -> None:
+    await store.set_rate_limit("queue", "a", SLOW, 1)
+    await _jobs(store, 5)
+    assert len(await _claim(store)) == 1
+    await store.set_rate_limit("queue", "a", SLOW, 2)  # a changed limit starts full
+    assert len(await _claim(store)) == 2
+    assert await store.remove_rate_limit("queue", "a")
+    assert not await store.remove_rate_limit("queue", "a")
+    assert len(await _claim(store)) == 2
+    assert await store.list_rate_limits() == []
