@@ -601,7 +601,9 @@ def test_a_job_no_worker_serves_is_flagged_by_show_queue_list_and_workers(
     (job,) = _enqueue(sqlite_url, 1)
 
     async def go(store: Store) -> None:
-        await store.register_worker("h:1:a", "alpha", "h", 1, None, ["mail"], 4, tasks=["mail.send"])
+        await store.register_worker(
+            "h:1:a", "alpha", "h", 1, None, ["mail"], 4, tasks=["mail.send"]
+        )
 
     with_store(sqlite_url, go)
     why = "no worker serves task hello on queue default (no worker listens on this queue)"

@@ -78,8 +78,8 @@ def test_every_cli_change_is_audited_as_the_os_user(app_ref: str, db_url: str) -
         ("job", "cancel", str(first), "--wait", "0"),
         ("job", "retry", str(second)),  # refused: it has not failed
         ("job", "delete", str(second)),
-        ("queue", "pause", "mail"),
-        ("queue", "resume", "mail"),
+        ("queue", "pause", "mail", "--create"),
+        ("queue", "resume", "mail", "--create"),
         ("key", "configure", "tenant-1", "--max-running", "2"),
     ):
         res = tether(*args, "-d", db_url)
@@ -100,6 +100,7 @@ def test_every_cli_change_is_audited_as_the_os_user(app_ref: str, db_url: str) -
 
 
 def test_the_cli_refuses_unsafe_names(app_ref: str, db_url: str) -> None:
+    assert tether("migrate", "-d", db_url).exit_code == 0
     for args in (
         ("queue", "pause", "../jobs/38", "-d", db_url),
         ("key", "configure", "a/b", "-d", db_url),

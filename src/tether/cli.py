@@ -35,7 +35,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from tether import display
+from tether import display, names
 from tether.app import DEFAULT_CANCEL_WAIT, App
 from tether.cancellation import CancellationRecord, CancellationResult
 from tether.config import DEFAULT_DATABASE_URL, RetentionConfig, WorkerConfig, parse_age
@@ -1116,7 +1116,8 @@ def queue_pause(
     app = open_app(database, app_ref)
 
     async def go() -> None:
-        if not create:
+        # An unsafe name is refused (and audited) by the App itself, before any lookup.
+        if not create and names.is_safe(name):
             await _known_queue(app, name)
         await app.pause_queue(name, reason=reason)
 
@@ -1138,7 +1139,8 @@ def queue_resume(
     app = open_app(database, app_ref)
 
     async def go() -> None:
-        if not create:
+        # An unsafe name is refused (and audited) by the App itself, before any lookup.
+        if not create and names.is_safe(name):
             await _known_queue(app, name)
         await app.resume_queue(name)
 
@@ -1204,7 +1206,10 @@ def workers(
         abandoned = any(w.abandoned_threads for w in shown)
         cols = ["id", "name", "host", "pid", "state", "running", "heartbeat", "started"]
         for col in cols + (["abandoned"] if abandoned else []):
-            table.add_column(col, justify="right" if col in ("pid", "running") else "left")
+            # The facts of a worker stay on one line; its queues and tasks wrap instead.
+            table.add_column(
+                col, justify="right" if col in ("pid", "running") else "left", no_wrap=True
+            )
         table.add_column("queues", overflow="fold")
         table.add_column("tasks", overflow="fold")
         for w in shown:

@@ -22,7 +22,7 @@ def _app(db_url: str) -> App:
 
 
 async def test_worker_row_records_the_queues_and_tasks_it_serves(store: Store) -> None:
-    await store.register_worker("w1", None, "h", 1, None, ["a", "b"], 4, ["t2", "t1"])
+    await store.register_worker("w1", None, "h", 1, None, ["a", "b"], 4, tasks=["t2", "t1"])
     await store.register_worker("w0", None, "h", 2, None, ["a"], 4)
     workers = {w.id: w for w in await store.list_workers()}
     assert (workers["w1"].queues, workers["w1"].tasks) == (("a", "b"), ("t1", "t2"))
@@ -49,13 +49,13 @@ async def test_a_job_no_live_worker_serves_says_so(db_url: str, db: Db) -> None:
             "no worker serves task crawl on queue default (no worker is running)"
         )
         # A worker on the default queue that knows only crawl.
-        await store.register_worker("w1", None, "h", 1, None, ["default"], 4, ["crawl"])
+        await store.register_worker("w1", None, "h", 1, None, ["default"], 4, tasks=["crawl"])
         assert await app.unserved_reason(crawl) is None
         assert await app.unserved_reason(index) == (
             "no worker serves task index on queue search (no worker listens on this queue)"
         )
         # A worker on the search queue that does not know index.
-        await store.register_worker("w2", None, "h", 2, None, ["search"], 4, ["crawl"])
+        await store.register_worker("w2", None, "h", 2, None, ["search"], 4, tasks=["crawl"])
         [u] = await app.unserved()
         assert (u.queue, u.task, u.jobs) == ("search", "index", 1)
         assert u.reason.startswith("no worker serves task index on queue search")
@@ -66,12 +66,12 @@ async def test_a_job_no_live_worker_serves_says_so(db_url: str, db: Db) -> None:
         assert 'tether_jobs_unserved{queue="search",task="index"} 1.0' in text
 
         # One that serves it: nothing is unserved. Once it stops, the job is again.
-        await store.register_worker("w3", None, "h", 3, None, ["search"], 4, ["index"])
+        await store.register_worker("w3", None, "h", 3, None, ["search"], 4, tasks=["index"])
         assert await app.unserved() == []
         await store.set_worker_state("w3", "stopped")
         assert [u.task for u in await app.unserved()] == ["index"]
         # An active row whose heartbeat went silent long ago does not serve either.
-        await store.register_worker("w4", None, "h", 4, None, ["search"], 4, ["index"])
+        await store.register_worker("w4", None, "h", 4, None, ["search"], 4, tasks=["index"])
         assert await app.unserved() == []
         db.set_ago("tether_workers", "heartbeat_at", "w4", 3600)
         assert [u.task for u in await app.unserved()] == ["index"]

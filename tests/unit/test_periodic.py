@@ -55,7 +55,7 @@ def test_scheduling_refuses_unknown_tasks_duplicate_names_and_bad_args() -> None
     app = App("sqlite:///unused.db")
 
     @app.periodic(cron="* * * * *", name="every-minute")
-    async def beat(ctx: object) -> None: ...
+    async def beat(ctx: object, v: float = 0.0) -> None: ...
 
     assert app.schedules["every-minute"].task == beat.name
     with pytest.raises(ConfigError, match="unknown task"):
