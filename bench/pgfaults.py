@@ -35,10 +35,11 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.faults.proxy import FaultProxy  # noqa: E402
-from tether import App, AppConfig, JobContext, WorkerConfig  # noqa: E402
-from tether.web import ApiSettings, create_app  # noqa: E402
+from tests.faults.proxy import FaultProxy
+from tether import App, AppConfig, JobContext, WorkerConfig
+from tether.web import ApiSettings, create_app
 
+AFTER = 10.0  # seconds after the reset over which log lines are counted (at least)
 ADMIN = os.environ.get("TETHER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -121,6 +122,8 @@ async def read_only(seconds: float, watch: float) -> None:
             except Exception:
                 pass  # the App's own pool may still hold read-only connections
             await asyncio.sleep(0.1)
+        # Log lines are counted over the same window after the reset, recovered or not.
+        await asyncio.sleep(max(0.0, t_reset + AFTER - time.monotonic()))
         t_end = time.monotonic()
         worker.request_stop()
         with contextlib.suppress(BaseException):
@@ -143,6 +146,9 @@ async def read_only(seconds: float, watch: float) -> None:
         kinds[key] = kinds.get(key, 0) + 1
     for key, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:8]:
         print(f"    {n:5d}  {key}")
+    for t, m in counter.times:
+        if t >= t_reset and ("recovered" in m or "healthy again" in m):
+            print(f"  +{t - t_reset:5.2f}s  {m}")
 
 
 @contextlib.asynccontextmanager
@@ -206,8 +212,11 @@ async def partition(seconds: float) -> None:
                         green = time.monotonic() - t_heal
                         break
                     await asyncio.sleep(0.2)
-                print(f"  /health green {green:.2f}s after the heal" if green is not None
-                      else "  /health not green within 60s of the heal")
+                print(
+                    f"  /health green {green:.2f}s after the heal"
+                    if green is not None
+                    else "  /health not green within 60s of the heal"
+                )
         finally:
             proxy.stop()
 

@@ -59,7 +59,7 @@ class App:
     def __init__(self, url: str | None = None, *, config: AppConfig | None = None) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
-        create_store(self.url)  # validates the URL now, not at first use
+        create_store(self.url, self.config.store)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
         self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Store] = (
@@ -155,7 +155,7 @@ class App:
         async with lock:
             store = self._stores.get(loop)
             if store is None:
-                store = create_store(self.url)
+                store = create_store(self.url, self.config.store)
                 await store.open()
                 if self.config.auto_migrate:
                     await store.migrate()
@@ -166,7 +166,7 @@ class App:
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
-        store = create_store(self.url)
+        store = create_store(self.url, self.config.store)
         try:
             await store.open()
             return await store.migrate()
