@@ -6,7 +6,7 @@ worker, or stop the worker gracefully, and the job still ends exactly once.
 
 from tether.app import App
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
-from tether.config import AppConfig, RetryPolicy, WorkerConfig
+from tether.config import AppConfig, RetryPolicy, StoreConfig, WorkerConfig
 from tether.context import CancelSignal, JobContext, SyncJobContext
 from tether.errors import (
     Cancelled,
@@ -51,6 +51,7 @@ __all__ = [
     "PayloadTooLargeError",
     "Retry",
     "RetryPolicy",
+    "StoreConfig",
     "StoreError",
     "SyncJobContext",
     "Task",

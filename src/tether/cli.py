@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
@@ -37,7 +38,7 @@ from rich.text import Text
 from tether import display
 from tether.app import DEFAULT_CANCEL_WAIT, App
 from tether.cancellation import CancellationRecord, CancellationResult
-from tether.config import WorkerConfig
+from tether.config import DEFAULT_POOL_SIZE, WorkerConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
 from tether.job import JSON, Job, JobEvent, TokenInfo
 from tether.states import JobState
@@ -94,6 +95,18 @@ AppOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PoolSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--pool-size",
+        min=1,
+        metavar="N",
+        help="Most PostgreSQL connections this process opens (plus one for notifications). "
+        "Wins over the URL's pool_size parameter and the app's config; default "
+        f"{DEFAULT_POOL_SIZE}. SQLite ignores it.",
+        show_default=False,
+    ),
+]
 
 # The database URL the running command opened, to name it in connection errors.
 _opened: list[str] = []
@@ -220,6 +233,20 @@ def open_app(database: str | None, app_ref: str | None = None) -> App:
     return app
 
 
+def set_pool_size(app: App, size: int | None) -> None:
+    """Apply ``--pool-size``: it wins over the URL's ``pool_size`` and the app's config."""
+    if size is None:
+        return
+    store = dataclasses.replace(app.config.store, pool_size=size)
+    app.config = dataclasses.replace(app.config, store=store)
+    parts = urlsplit(app.url)
+    if parts.scheme.lower().startswith("postgres"):
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(k, v) for k, v in query if k != "pool_size"]
+        if len(kept) != len(query):
+            app.url = urlunsplit(parts._replace(query=urlencode(kept)))
+
+
 def run(app: App, coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine on a fresh loop, then close that loop's store."""
 
@@ -291,6 +318,7 @@ def worker(
         ),
     ] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for --metrics-port.")] = "127.0.0.1",
+    pool_size: PoolSizeOpt = None,
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C.
 
@@ -309,6 +337,7 @@ def worker(
     # A long-running worker logs every connection failure, with its timestamp.
     logging.getLogger("psycopg.pool").propagate = True
     app = open_app(database, app_ref)
+    set_pool_size(app, pool_size)
     queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
     config = WorkerConfig(
         concurrency=concurrency, queues=queues, name=name, stop_timeout=stop_timeout
@@ -1203,6 +1232,7 @@ def serve(
     database: DatabaseOpt = None,
     app_ref: AppOpt = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    pool_size: PoolSizeOpt = None,
 ) -> None:
     """Run the REST API, the dashboard (at /), live events, /metrics and /health under
     uvicorn.
@@ -1221,6 +1251,7 @@ def serve(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
     app = open_app(database, app_ref)
+    set_pool_size(app, pool_size)
     has_tokens = run(app, Tokens(app).any_active())
     loopback = _is_loopback(host)
     if not has_tokens and not loopback:
