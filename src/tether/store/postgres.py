@@ -433,7 +433,7 @@ class _Deadline:
             self._probe.cancel()
 
 
-class _Throttle(logging.Filter):
+class LogThrottle(logging.Filter):
     """Lets a logger's first warning through, then at most one per ``every`` seconds,
     saying how many were held back: an outage cannot flood the log."""
 
@@ -459,7 +459,7 @@ class _Throttle(logging.Filter):
 
 # psycopg's pool logs a warning per failed connection attempt (about one a second while
 # the database is down): it follows the same rule as tether's own loops.
-POOL_LOG_THROTTLE = _Throttle(LOG_EVERY)
+POOL_LOG_THROTTLE = LogThrottle(LOG_EVERY)
 logging.getLogger("psycopg.pool").addFilter(POOL_LOG_THROTTLE)
 
 
