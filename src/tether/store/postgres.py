@@ -571,8 +571,8 @@ class PostgresStore:
             drain.add_done_callback(_retrieve)
 
     async def _working(self, pid: int) -> bool:
-        """Whether the server says session ``pid`` is running a statement; False when it
-        does not answer within ``connect_timeout``."""
+        """Whether the server says session ``pid`` is running a statement (or refuses
+        to say, busy); False when it does not answer within ``connect_timeout``."""
 
         async def ask() -> bool:
             conn = await psycopg.AsyncConnection.connect(
@@ -594,7 +594,12 @@ class PostgresStore:
         if not done:
             call.cancel()
             return False
-        return not call.exception() and call.result()
+        exc = call.exception()
+        if isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
+            # The server answered, if only to refuse (too many connections, say): it is
+            # reachable and busy, and the statement timeout bounds the call.
+            return True
+        return exc is None and call.result()
 
     async def _notify(
         self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]
