@@ -51,7 +51,7 @@ class Counter(logging.Handler):
         self.times: list[tuple[float, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.INFO:
+        if record.levelno >= logging.INFO and record.name.startswith(("tether", "psycopg")):
             self.times.append((time.monotonic(), f"{record.name}: {record.getMessage()[:100]}"))
 
     def between(self, a: float, b: float) -> list[str]:
@@ -178,6 +178,17 @@ async def timed(http: httpx.AsyncClient, method: str, path: str, **kw: object) -
 
 
 async def partition(seconds: float) -> None:
+    counter = Counter()
+    root = logging.getLogger()
+    root.addHandler(counter)
+    root.setLevel(logging.INFO)
+    try:
+        await _partition(seconds, counter)
+    finally:
+        root.removeHandler(counter)
+
+
+async def _partition(seconds: float, counter: Counter) -> None:
     with throwaway_db() as (_, url):
         parts = urlsplit(url)
         proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
@@ -212,6 +223,10 @@ async def partition(seconds: float) -> None:
                         green = time.monotonic() - t_heal
                         break
                     await asyncio.sleep(0.2)
+                lines = counter.between(t0, t_heal)
+                print(
+                    f"  log lines during the partition: {len(lines)} ({len(lines) / seconds:.2f}/s)"
+                )
                 print(
                     f"  /health green {green:.2f}s after the heal"
                     if green is not None
