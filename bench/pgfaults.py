@@ -14,6 +14,9 @@ prints what it measured:
    a TCP proxy that is put in blackhole mode for ``--partition`` seconds. Measured:
    answer time and status of ``GET /api/jobs``, ``POST /api/jobs`` and ``/health`` during
    the partition, and the time until ``/health`` is green again after the heal.
+3. **Outage.** A worker reaches the database through the proxy, which resets every
+   connection for ``--outage`` seconds. Measured: log lines per second (psycopg's pool
+   apart), and how soon a job enqueued after the heal runs.
 """
 
 from __future__ import annotations
@@ -236,17 +239,77 @@ async def _partition(seconds: float, counter: Counter) -> None:
             proxy.stop()
 
 
+async def outage(seconds: float) -> None:
+    """A worker whose database refuses every connection (reset) for ``seconds``."""
+    counter = Counter()
+    root = logging.getLogger()
+    root.addHandler(counter)
+    root.setLevel(logging.INFO)
+    with throwaway_db() as (_, url):
+        await App(url).migrate()
+        parts = urlsplit(url)
+        proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+        port = proxy.start()
+        app = App(urlunsplit(parts._replace(netloc=f"postgres@127.0.0.1:{port}")))
+
+        @app.task(name="bench.noop")
+        async def noop(ctx: JobContext) -> str:
+            return "ok"
+
+        try:
+            worker = app.worker(WorkerConfig(concurrency=4))
+            runner = asyncio.create_task(worker.run())
+            await app.wait((await noop.enqueue()).id, timeout=30)
+            proxy.reset()
+            t0 = time.monotonic()
+            await asyncio.sleep(seconds)
+            proxy.heal()
+            t_heal = time.monotonic()
+            recovered = None
+            while time.monotonic() - t_heal < 60:
+                with contextlib.suppress(Exception):
+                    job = await noop.enqueue()
+                    await app.wait(job.id, timeout=2)
+                    recovered = time.monotonic() - t_heal
+                    break
+                await asyncio.sleep(0.1)
+            worker.request_stop()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(runner, 10)
+        finally:
+            await app.close()
+            proxy.stop()
+            root.removeHandler(counter)
+    lines = counter.between(t0, t_heal)
+    pool = [m for m in lines if m.startswith("psycopg.pool")]
+    print(f"database refusing connections for {seconds:.0f}s (a worker running)")
+    print(
+        f"  log lines: {len(lines)} ({len(lines) / seconds:.2f}/s), of which psycopg.pool "
+        f"{len(pool)} ({len(pool) / seconds:.2f}/s)"
+    )
+    print(
+        f"  recovery: a job enqueued after the heal ran {recovered:.2f}s after it"
+        if recovered is not None
+        else "  recovery: NOT within 60s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--read-only", type=float, default=20.0, help="seconds read-only")
     parser.add_argument("--watch", type=float, default=60.0, help="seconds watched after")
     parser.add_argument("--partition", type=float, default=20.0, help="seconds partitioned")
-    parser.add_argument("--only", choices=["read-only", "partition"], help="one part only")
+    parser.add_argument("--outage", type=float, default=30.0, help="seconds refusing")
+    parser.add_argument(
+        "--only", choices=["read-only", "partition", "outage"], help="one part only"
+    )
     args = parser.parse_args()
     if args.only in (None, "read-only"):
         asyncio.run(read_only(args.read_only, args.watch))
     if args.only in (None, "partition"):
         asyncio.run(partition(args.partition))
+    if args.only in (None, "outage"):
+        asyncio.run(outage(args.outage))
 
 
 if __name__ == "__main__":
