@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,21 +24,17 @@ from tether.web import ApiSettings, create_app
 pytestmark = pytest.mark.postgres
 
 
-def _admin(url: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/postgres"))
-
-
 def _db_name(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
-async def _admin_sql(url: str, statement: str) -> None:
-    async with await psycopg.AsyncConnection.connect(_admin(url), autocommit=True) as conn:
-        await conn.execute(statement)  # type: ignore[arg-type]
+async def _admin_sql(admin_url: str, statement: str) -> None:
+    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+        await conn.execute(statement)
 
 
 @asynccontextmanager
-async def read_only(url: str) -> AsyncIterator[None]:
+async def read_only(url: str, admin_url: str) -> AsyncIterator[None]:
     """The test's own database is read-only inside the block.
 
     A failover to a standby drops every session, and the sessions opened next are
@@ -46,23 +42,23 @@ async def read_only(url: str) -> AsyncIterator[None]:
     a cure: nothing ends them after the database is writable again).
     """
     name = _db_name(url)
-    await _admin_sql(url, f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    await _admin_sql(admin_url, f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
     await _admin_sql(
-        url,
+        admin_url,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         f"WHERE datname = '{name}' AND pid <> pg_backend_pid()",
     )
     try:
         yield
     finally:
-        await _admin_sql(url, f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+        await _admin_sql(admin_url, f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
 
 
-async def _tries(round_: object, attempts: int) -> bool:
-    """Whether one of ``attempts`` calls of the coroutine function ``round_`` succeeds."""
+async def _tries(round_: Callable[[], Awaitable[object]], attempts: int) -> bool:
+    """Whether one of ``attempts`` calls of ``round_`` succeeds."""
     for _ in range(attempts):
         try:
-            await round_()  # type: ignore[operator]
+            await round_()
         except StoreError:
             continue
         return True
@@ -70,7 +66,7 @@ async def _tries(round_: object, attempts: int) -> bool:
 
 
 async def test_worker_recovers_by_itself_once_a_read_only_database_is_writable(
-    pg_url: str,
+    pg_url: str, pg_admin_url: str
 ) -> None:
     app = App(pg_url, config=AppConfig(wait_poll_interval=0.05))
 
@@ -81,7 +77,7 @@ async def test_worker_recovers_by_itself_once_a_read_only_database_is_writable(
     worker = Worker(app, fast_config())
     await worker.start(services=False)
     try:
-        async with read_only(pg_url):
+        async with read_only(pg_url, pg_admin_url):
             # Every write fails while the database is read-only, and every connection
             # the pool opens meanwhile is a read-only session.
             for _ in range(3):
@@ -118,7 +114,7 @@ def captured(logger: str) -> Iterator[list[logging.LogRecord]]:
 
 
 async def test_listen_loop_backs_off_while_a_read_only_database_refuses_it(
-    pg_url: str,
+    pg_url: str, pg_admin_url: str
 ) -> None:
     app = App(pg_url, config=AppConfig(wait_poll_interval=0.05))
 
@@ -130,7 +126,7 @@ async def test_listen_loop_backs_off_while_a_read_only_database_refuses_it(
     await worker.start(services=False)
     try:
         with captured("tether.store") as records:
-            async with read_only(pg_url):
+            async with read_only(pg_url, pg_admin_url):
                 # The LISTEN connection comes back, but it cannot record its session on
                 # the worker's row; it keeps trying, ever more slowly, and says so once.
                 await asyncio.sleep(3.0)
