@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -364,8 +365,7 @@ def split_url(url: str, config: StoreConfig) -> tuple[str, StoreConfig]:
         }
     except ValueError as exc:
         raise ConfigError(f"malformed PostgreSQL URL parameter: {exc}") from None
-    settings = StoreConfig(**{**config.__dict__, **values})
-    return urlunsplit(parts._replace(query=rest)), settings
+    return urlunsplit(parts._replace(query=rest)), dataclasses.replace(config, **values)
 
 
 def _needs_discard(exc: psycopg.Error) -> bool:
