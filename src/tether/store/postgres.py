@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, LiteralString
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -537,14 +537,13 @@ class PostgresStore:
         if not self._opened:
             await self.open()
         try:
-            async with self._pool.connection() as conn:
-                with self._bounded(conn):
-                    yield conn
+            async with self._pool.connection() as conn, self._bounded(conn):
+                yield conn
         except psycopg.Error as exc:
             raise StoreError(f"postgresql: {exc}") from exc
 
-    @contextlib.contextmanager
-    def _bounded(self, conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def _bounded(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
         """Run a call on ``conn`` under a :class:`_Deadline`; a connection that failed
         in a way that makes it (and its pool) untrustworthy is not reused."""
         deadline = _Deadline(self, conn)
@@ -552,7 +551,7 @@ class PostgresStore:
             yield
         except psycopg.Error as exc:
             if _needs_discard(exc) or deadline.abandoned:
-                self._discard(conn)
+                await self._discard(conn)
             if deadline.abandoned:
                 raise psycopg.OperationalError(
                     f"the database did not answer within {self.settings.answer_timeout:g}s "
@@ -562,13 +561,14 @@ class PostgresStore:
         finally:
             deadline.disarm()
 
-    def _discard(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Close ``conn`` and replace every connection the pool opened before it."""
+    async def _discard(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Close ``conn`` and replace every connection the pool opened before it, before
+        the caller can try again."""
         with contextlib.suppress(Exception):
             conn.pgconn.finish()
         if self._opened:
-            drain = asyncio.ensure_future(self._pool.drain())
-            drain.add_done_callback(_retrieve)
+            with contextlib.suppress(Exception):
+                await self._pool.drain()
 
     async def _working(self, pid: int) -> bool:
         """Whether the server says session ``pid`` is running a statement (or refuses
@@ -1363,7 +1363,7 @@ class PostgresStore:
         self.hints.publish_all()
         while True:
             # A cheap round trip that also notices a dead connection, and a partition.
-            with self._bounded(conn):
+            async with self._bounded(conn):
                 await conn.execute("SELECT 1")
             if self._listen_failures and loop.time() - since >= LISTEN_HEALTHY:
                 log.info(
