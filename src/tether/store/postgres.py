@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, LiteralString
@@ -388,6 +389,8 @@ def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
     with contextlib.suppress(Exception):
         sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
         try:
+            # When the driver closes it, reset rather than deliver what is still unsent.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.shutdown(socket.SHUT_RDWR)
         finally:
             sock.close()
