@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from tether import App, AppConfig, ConfigError, StoreConfig
 from tether.cli import cli, set_pool_size
-from tether.store.postgres import POOL_LOG_THROTTLE, LogThrottle, split_url
+from tether.store import create_store
+from tether.store.postgres import POOL_LOG_THROTTLE, LogThrottle, PostgresStore, split_url
 
 
 def test_url_parameters_win_over_the_config_and_never_reach_the_driver() -> None:
@@ -41,7 +42,9 @@ def test_pool_size_option_wins_over_the_url_and_the_config() -> None:
     )
     set_pool_size(app, 2)
     assert app.url == "postgresql://h/db?sslmode=disable"
-    assert split_url(app.url, app.config.store)[1].pool_size == 2
+    store = create_store(app.url, app.config.store)
+    assert isinstance(store, PostgresStore)
+    assert store.settings.pool_size == 2
 
 
 @pytest.mark.parametrize("command", ["worker", "serve"])
