@@ -193,6 +193,37 @@ async def test_api_answers_503_during_a_partition_and_health_recovers(pg_url: st
             await app.close()
 
 
+async def test_worker_statements_fail_instead_of_hanging_during_a_partition(
+    pg_url: str,
+) -> None:
+    await App(pg_url).migrate()
+    async with proxied(pg_url) as (proxy, url):
+        app = App(url, config=AppConfig(wait_poll_interval=0.05))
+
+        @app.task
+        async def noop(ctx: tether.JobContext) -> None:
+            return None
+
+        worker = Worker(app, fast_config())
+        await worker.start(services=False)
+        try:
+            await worker.claimer.run_once()  # a connection open and idle in the pool
+            proxy.blackhole()
+            # Should the claim hang, the partition heals after a while and the claim
+            # succeeds: the test fails, not hangs.
+            healer = asyncio.get_running_loop().call_later(30, proxy.heal)
+            try:
+                with pytest.raises(StoreError):
+                    await worker.claimer.run_once()
+            finally:
+                healer.cancel()
+                proxy.heal()
+            assert await _tries(worker.claimer.run_once, 3), "claimer never recovered"
+        finally:
+            await worker.stop()
+            await app.close()
+
+
 async def test_a_slow_statement_on_a_healthy_database_is_left_to_finish(pg_url: str) -> None:
     # The server says the call's session is busy (it waits on a lock), so the store
     # keeps waiting past answer_timeout instead of abandoning the call.
