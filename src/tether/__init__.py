@@ -6,7 +6,14 @@ worker, or stop the worker gracefully, and the job still ends exactly once.
 
 from tether.app import App
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
-from tether.config import AppConfig, MaintenanceConfig, RetentionConfig, RetryPolicy, WorkerConfig
+from tether.config import (
+    AppConfig,
+    MaintenanceConfig,
+    RetentionConfig,
+    RetryPolicy,
+    StoreConfig,
+    WorkerConfig,
+)
 from tether.context import CancelSignal, JobContext, SyncJobContext
 from tether.errors import (
     Cancelled,
@@ -57,6 +64,7 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "SchemaVersionError",
+    "StoreConfig",
     "StoreError",
     "SyncJobContext",
     "Task",

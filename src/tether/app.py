@@ -126,7 +126,7 @@ class App:
             self.url = memory_url()
             self._memory = MemoryDatabase(parse_sqlite_path(self.url))
         self.actor = actor or local_actor("python")
-        create_store(self.url)  # validates the URL now, not at first use
+        create_store(self.url, self.config.store)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
         self.schedules: dict[str, Schedule] = {}
@@ -232,7 +232,7 @@ class App:
         async with lock:
             store = self._stores.get(loop)
             if store is None:
-                store = create_store(self.url)
+                store = create_store(self.url, self.config.store)
                 try:
                     await store.open()
                     await ensure_schema(store, migrate=self.config.auto_migrate)
@@ -269,7 +269,7 @@ class App:
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied (warns if the
         database is newer than this code)."""
-        store = create_store(self.url)
+        store = create_store(self.url, self.config.store)
         try:
             await store.open()
             return await ensure_schema(store, migrate=True)

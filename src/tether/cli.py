@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
@@ -38,7 +39,13 @@ from rich.text import Text
 from tether import display, names
 from tether.app import DEFAULT_CANCEL_WAIT, App
 from tether.cancellation import CancellationRecord, CancellationResult
-from tether.config import DEFAULT_DATABASE_URL, RetentionConfig, WorkerConfig, parse_age
+from tether.config import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_POOL_SIZE,
+    RetentionConfig,
+    WorkerConfig,
+    parse_age,
+)
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
 from tether.job import JSON, Job, JobEvent, TokenInfo, WorkerInfo
 from tether.logs import JsonFormatter
@@ -99,6 +106,18 @@ AppOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PoolSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--pool-size",
+        min=1,
+        metavar="N",
+        help="Most PostgreSQL connections this process opens (plus one for notifications). "
+        "Wins over the URL's pool_size parameter and the app's config; default "
+        f"{DEFAULT_POOL_SIZE}. SQLite ignores it.",
+        show_default=False,
+    ),
+]
 
 # The database URL the running command opened, to name it in connection errors.
 _opened: list[str] = []
@@ -276,6 +295,20 @@ async def _watching(app: App, job_id: int, doing: str, enabled: bool = True) -> 
                 await task
 
 
+def set_pool_size(app: App, size: int | None) -> None:
+    """Apply ``--pool-size``: it wins over the URL's ``pool_size`` and the app's config."""
+    if size is None:
+        return
+    store = dataclasses.replace(app.config.store, pool_size=size)
+    app.config = dataclasses.replace(app.config, store=store)
+    parts = urlsplit(app.url)
+    if parts.scheme.lower().startswith("postgres"):
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(k, v) for k, v in query if k != "pool_size"]
+        if len(kept) != len(query):
+            app.url = urlunsplit(parts._replace(query=urlencode(kept)))
+
+
 def run(app: App, coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine on a fresh loop, then close that loop's store."""
 
@@ -403,6 +436,7 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    pool_size: PoolSizeOpt = None,
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C.
 
@@ -429,6 +463,7 @@ def worker(
         app.config = dataclasses.replace(
             app.config, retention=retention_from(app.config.retention, retain)
         )
+    set_pool_size(app, pool_size)
     queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
     config = WorkerConfig(
         concurrency=concurrency,
@@ -1506,6 +1541,7 @@ def serve(
             "of every principal's jobs).",
         ),
     ] = False,
+    pool_size: PoolSizeOpt = None,
 ) -> None:
     """Run the REST API, the dashboard (at /), live events, /metrics and /health under
     uvicorn.
@@ -1524,6 +1560,7 @@ def serve(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
     app = open_app(database, app_ref)
+    set_pool_size(app, pool_size)
     has_tokens = run(app, Tokens(app).any_active())
     loopback = _is_loopback(host)
     if not has_tokens and not loopback:

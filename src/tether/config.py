@@ -19,6 +19,7 @@ DEFAULT_QUEUE = "default"
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ARTIFACT_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_POOL_SIZE = 10
 
 
 def _positive(name: str, value: float) -> None:
@@ -56,6 +57,36 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """How the PostgreSQL store connects (the SQLite store has no pool and ignores it).
+
+    Query parameters of the database URL with the same names win over these, e.g.
+    ``postgresql://host/db?pool_size=20&statement_timeout=60``.
+
+    Every store call has a deadline. A call that has had no answer for
+    ``answer_timeout`` seconds makes the store ask the server, on a fresh connection,
+    whether the call's session is still working on it; when the server does not
+    answer that either (a partition, a dead host), the call's connection is abandoned
+    and the call raises :class:`~tether.errors.StoreError`. So a call during a
+    partition fails within about ``answer_timeout + connect_timeout`` seconds, while
+    a long bulk write on a healthy server is left to finish, up to the server-side
+    ``statement_timeout`` per statement.
+    """
+
+    pool_size: int = DEFAULT_POOL_SIZE
+    statement_timeout: float = 30.0
+    answer_timeout: float = 2.5
+    connect_timeout: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.pool_size < 1:
+            raise ConfigError(f"pool_size must be at least 1, got {self.pool_size!r}")
+        _positive("statement_timeout", self.statement_timeout)
+        _positive("answer_timeout", self.answer_timeout)
+        _positive("connect_timeout", self.connect_timeout)
+
+
+@dataclass(frozen=True)
 class AppConfig:
     """Settings of an :class:`~tether.App`."""
 
@@ -73,6 +104,7 @@ class AppConfig:
     # canceller asked for) lost its canceller: a worker's follow-up, or anyone waiting
     # on it, settles it from the job states.
     cancellation_adopt_after: float = 30.0
+    store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
         _positive("max_payload_bytes", self.max_payload_bytes)

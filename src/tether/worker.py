@@ -180,6 +180,12 @@ class Heartbeater(Service):
         self.last_ok = sent
         self.fenced = False
         w.report_threads()  # in case the write made when it changed failed
+        if self.errors:
+            # The database answers again: the loops that were backing off (for up to
+            # max_backoff) try again now.
+            for svc in w._services:
+                if svc is not self:
+                    svc.wake()
         for run in runs:
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)

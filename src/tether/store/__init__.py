@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from tether.config import StoreConfig
 from tether.errors import ConfigError, InvalidJobError
 from tether.store.base import Store
 
@@ -81,10 +82,11 @@ def memory_url() -> str:
     return f"sqlite:///file:tether-{secrets.token_hex(8)}?mode=memory"
 
 
-def create_store(url: str) -> Store:
+def create_store(url: str, config: StoreConfig | None = None) -> Store:
     """Build the store for a database URL (not yet connected).
 
-    ``sqlite:///path.db`` gives the embedded store, ``postgresql://...`` the PostgreSQL one.
+    ``sqlite:///path.db`` gives the embedded store, ``postgresql://...`` the PostgreSQL one
+    (with ``config``'s pool and deadlines; the URL's query parameters win).
     """
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("the database URL is empty")
@@ -99,7 +101,7 @@ def create_store(url: str) -> Store:
             raise ConfigError(f"malformed PostgreSQL URL {url!r}: it names no host or database")
         from tether.store.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, config)
     raise ConfigError(
         f"unsupported database URL {url!r}: use sqlite:///path.db or postgresql://host/db"
     )

@@ -9,20 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
+import os
+import socket
+import struct
+import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, LiteralString
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether import hints as h
-from tether.errors import InvalidJobError, JobNotFoundError, StoreError
+from tether.config import StoreConfig
+from tether.errors import ConfigError, InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -72,6 +80,27 @@ MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
 FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
+# Errors after which a connection is not reused, nor any other connection the pool
+# opened before: the server changed under them. 25006: read-only (a failover to a
+# standby, or ``default_transaction_read_only``, which a session keeps from its start
+# to its end); 57P01-57P03: shut down or not accepting connections; class 08: the
+# connection broke.
+DISCARD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+# TCP settings of every connection: a peer that vanished without a FIN (a dead host, a
+# dropped route) is noticed by the kernel within seconds rather than hours.
+TCP_KWARGS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,  # ms of unacknowledged data before the kernel gives up
+}
+# The LISTEN connection's retry delay doubles up to LISTEN_MAX_DELAY and starts short
+# again only once a connection has stayed up for LISTEN_HEALTHY seconds.
+LISTEN_FIRST_DELAY = 0.1
+LISTEN_MAX_DELAY = 10.0
+LISTEN_HEALTHY = 30.0
+LOG_EVERY = 30.0  # seconds between two log lines about the same outage
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 
@@ -360,24 +389,153 @@ def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[
     return cols
 
 
+def split_url(url: str, config: StoreConfig) -> tuple[str, StoreConfig]:
+    """The URL for the driver, and the config with the URL's own query parameters.
+
+    ``pool_size``, ``statement_timeout`` and ``answer_timeout`` are tether's; the driver
+    would refuse them, so they are taken out of the URL.
+    """
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in params if k in ("pool_size", "statement_timeout", "answer_timeout")}
+    if not ours:
+        return url, config
+    rest = urlencode([(k, v) for k, v in params if k not in ours])
+    try:
+        values: dict[str, Any] = {
+            k: int(v) if k == "pool_size" else float(v) for k, v in ours.items()
+        }
+    except ValueError as exc:
+        raise ConfigError(f"malformed PostgreSQL URL parameter: {exc}") from None
+    return urlunsplit(parts._replace(query=rest)), dataclasses.replace(config, **values)
+
+
+def _needs_discard(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the connection, and its pool, cannot be trusted any more."""
+    state = exc.sqlstate
+    if state is None:
+        # No answer from the server at all: the connection broke.
+        return isinstance(exc, psycopg.OperationalError)
+    return state in DISCARD_SQLSTATES or state.startswith("08")
+
+
+def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Shut a connection's socket down under the driver.
+
+    A call blocked on it fails at once (the driver reads end of file), and the pool
+    discards the broken connection. Cancelling the call instead would not do: the
+    driver then asks the server to cancel the statement and waits for the answer,
+    which a partitioned server never sends.
+    """
+    with contextlib.suppress(Exception):
+        sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            # When the driver closes it, reset rather than deliver what is still unsent.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+class _Deadline:
+    """Watches one call on one connection; see :class:`~tether.config.StoreConfig`.
+
+    After ``answer_timeout`` without the call ending, it asks the server (on a fresh
+    connection, within ``connect_timeout``) whether the call's session is working. If
+    it is, the watch starts again; if not, or if the server does not answer, the
+    connection is severed and the call fails.
+    """
+
+    def __init__(self, store: PostgresStore, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.store = store
+        self.conn = conn
+        self.pid = conn.info.backend_pid
+        self.abandoned = False
+        self._loop = asyncio.get_running_loop()
+        self._probe: asyncio.Task[None] | None = None
+        self._timer = self._loop.call_later(store.settings.answer_timeout, self._expired)
+
+    def _expired(self) -> None:
+        self._probe = self._loop.create_task(self._check())
+        self._probe.add_done_callback(_retrieve)
+
+    async def _check(self) -> None:
+        if await self.store._working(self.pid):
+            self._timer = self._loop.call_later(self.store.settings.answer_timeout, self._expired)
+            return
+        self.abandoned = True
+        _sever(self.conn)
+
+    def disarm(self) -> None:
+        self._timer.cancel()
+        if self._probe is not None:
+            self._probe.cancel()
+
+
+class LogThrottle(logging.Filter):
+    """Lets a logger's first warning through, then at most one per ``every`` seconds,
+    saying how many were held back: an outage cannot flood the log."""
+
+    def __init__(self, every: float) -> None:
+        super().__init__()
+        self.every = every
+        self.last = -1e9
+        self.held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        now = time.monotonic()
+        if now - self.last < self.every:
+            self.held += 1
+            return False
+        if self.held:
+            record.msg = f"{record.msg} ({self.held} more held back in the last {self.every:.0f}s)"
+            self.held = 0
+        self.last = now
+        return True
+
+
+# psycopg's pool logs a warning per failed connection attempt (about one a second while
+# the database is down): it follows the same rule as tether's own loops.
+POOL_LOG_THROTTLE = LogThrottle(LOG_EVERY)
+logging.getLogger("psycopg.pool").addFilter(POOL_LOG_THROTTLE)
+
+
 class PostgresStore:
     """A :class:`~tether.store.base.Store` on PostgreSQL."""
 
     dialect = "postgresql"
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(self, url: str, config: StoreConfig | None = None) -> None:
         self.url = url
+        self._dsn, self.settings = split_url(url, config or StoreConfig())
+        cfg = self.settings
+        options = conninfo_to_dict(self._dsn).get("options") or ""
+        # Server side, no statement runs longer than this; the client side is _Deadline.
+        timeout_ms = max(1, round(cfg.statement_timeout * 1000))
+        self._connect_kwargs: dict[str, Any] = {
+            **TCP_KWARGS,
+            "connect_timeout": max(2, round(cfg.connect_timeout)),
+            "options": f"{options} -c statement_timeout={timeout_ms}".strip(),
+        }
         self.hints = Hints()
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
+            self._dsn,
+            min_size=1,
+            max_size=cfg.pool_size,
             open=False,
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, **self._connect_kwargs},
             name="tether",
-            # Fail fast while the database is down: the callers' loops back off.
-            timeout=5.0,
+            # Fail fast while the database is down (the callers' loops back off), and
+            # within the time a call may take to notice a partition.
+            timeout=cfg.answer_timeout + cfg.connect_timeout,
             # The pool's reconnect delay doubles without a cap until it gives up (300 s
             # by default), so after a long outage it would idle for minutes once the
             # database is back. Giving up after 30 s lets the next request start afresh.
@@ -392,6 +550,8 @@ class PostgresStore:
         self._connected = asyncio.Event()
         self._backend_pid: int | None = None
         self._workers: set[str] = set()
+        self._listen_delay = LISTEN_FIRST_DELAY
+        self._listen_failures = 0
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -400,7 +560,9 @@ class PostgresStore:
             # One direct connection first: its error names the real cause (bad password,
             # unknown database, refused), which the pool only logs.
             try:
-                probe = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10)
+                probe = await psycopg.AsyncConnection.connect(
+                    self._dsn, **{**self._connect_kwargs, "connect_timeout": 10}
+                )
                 await probe.close()
                 await self._pool.open(wait=True, timeout=10)
             except Exception as exc:
@@ -437,10 +599,69 @@ class PostgresStore:
         if not self._opened:
             await self.open()
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection() as conn, self._bounded(conn):
                 yield conn
         except psycopg.Error as exc:
             raise StoreError(f"postgresql: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+        """Run a call on ``conn`` under a :class:`_Deadline`; a connection that failed
+        in a way that makes it (and its pool) untrustworthy is not reused."""
+        deadline = _Deadline(self, conn)
+        try:
+            yield
+        except psycopg.Error as exc:
+            if _needs_discard(exc) or deadline.abandoned:
+                await self._discard(conn)
+            if deadline.abandoned:
+                raise psycopg.OperationalError(
+                    f"the database did not answer within {self.settings.answer_timeout:g}s "
+                    "(connection abandoned)"
+                ) from exc
+            raise
+        finally:
+            deadline.disarm()
+
+    async def _discard(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Close ``conn`` and replace every connection the pool opened before it, before
+        the caller can try again."""
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()
+        if self._opened:
+            with contextlib.suppress(Exception):
+                await self._pool.drain()
+
+    async def _working(self, pid: int) -> bool:
+        """Whether the server says session ``pid`` is running a statement (or refuses
+        to say, busy); False when it does not answer within ``connect_timeout``."""
+
+        async def ask() -> bool:
+            conn = await psycopg.AsyncConnection.connect(
+                self._dsn, autocommit=True, **self._connect_kwargs
+            )
+            try:
+                cur = await conn.execute(
+                    "SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s", (pid,)
+                )
+                row = await cur.fetchone()
+                return bool(row and row[0])
+            finally:
+                await conn.close()
+
+        call = asyncio.ensure_future(ask())
+        call.add_done_callback(_retrieve)
+        # Not wait_for: it would wait for the cancelled call to unwind.
+        done, _ = await asyncio.wait({call}, timeout=self.settings.connect_timeout)
+        if not done:
+            call.cancel()
+            return False
+        exc = call.exception()
+        if isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
+            # The server answered, if only to refuse (too many connections, say): it is
+            # reachable and busy, and the statement timeout bounds the call.
+            return True
+        return exc is None and call.result()
 
     async def _notify(
         self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]
@@ -472,6 +693,8 @@ class PostgresStore:
     async def migrate(self) -> list[int]:
         async with self._conn() as conn, conn.transaction():
             # Several workers may start at once; one migrates, the others wait and see.
+            # A migration may take long (an index on a big table): no statement timeout.
+            await conn.execute("SET LOCAL statement_timeout = 0")
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS tether_migrations (version INTEGER PRIMARY KEY, "
@@ -1245,35 +1468,45 @@ class PostgresStore:
             self._listener = asyncio.create_task(self._listen_forever(), name="tether-listen")
 
     async def _listen_forever(self) -> None:
-        delay, failures, last_log = 0.1, 0, -1e9
         loop = asyncio.get_running_loop()
+        self._listen_delay, self._listen_failures = LISTEN_FIRST_DELAY, 0
+        last_log = -1e9
         while True:
+            problem = "LISTEN connection ended"
             try:
-                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, **self._connect_kwargs
+                )
             except psycopg.Error as exc:
-                failures += 1
-                # Bounded logs while the database is down: the first failure, then one
-                # line every 30 s.
-                if failures == 1 or loop.time() - last_log > 30:
-                    last_log = loop.time()
-                    log.warning("LISTEN connection failed (%d in a row): %s", failures, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            if failures:
-                log.info("LISTEN connection restored after %d failed tries", failures)
-            delay, failures = 0.1, 0
-            try:
-                async with conn:
-                    await self._serve(conn)
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection lost, reconnecting: %s", exc)
-            finally:
-                self._connected.clear()
-                self._backend_pid = None
-            await asyncio.sleep(delay)
+                problem = f"LISTEN connection failed: {exc}"
+            else:
+                try:
+                    async with conn:
+                        await self._serve(conn)
+                except psycopg.Error as exc:
+                    problem = f"LISTEN connection lost, reconnecting: {exc}"
+                finally:
+                    self._connected.clear()
+                    self._backend_pid = None
+            self._listen_failures += 1
+            # Bounded logs while the database is down or refuses us: the first failure,
+            # then one line every LOG_EVERY seconds.
+            if self._listen_failures == 1 or loop.time() - last_log >= LOG_EVERY:
+                last_log = loop.time()
+                log.warning(
+                    "%s (%d in a row, next try in %.1fs)",
+                    problem.strip(),
+                    self._listen_failures,
+                    self._listen_delay,
+                )
+            await asyncio.sleep(self._listen_delay)
+            # A connection that works for a moment and then fails (a read-only database
+            # refuses our writes, say) must not reset the backoff: only a connection
+            # that stayed healthy for LISTEN_HEALTHY seconds does (in _serve).
+            self._listen_delay = min(self._listen_delay * 2, LISTEN_MAX_DELAY)
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        loop = asyncio.get_running_loop()
         for channel in CHANNELS:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._backend_pid = conn.info.backend_pid
@@ -1283,11 +1516,19 @@ class PostgresStore:
                 (self._backend_pid, list(self._workers)),
             )
         self._connected.set()
+        since = loop.time()
         # Anything published while we were away is lost: wake every waiter to re-check.
         self.hints.publish_all()
         while True:
-            # A cheap round trip that also notices a dead connection.
-            await conn.execute("SELECT 1")
+            # A cheap round trip that also notices a dead connection, and a partition.
+            async with self._bounded(conn):
+                await conn.execute("SELECT 1")
+            if self._listen_failures and loop.time() - since >= LISTEN_HEALTHY:
+                log.info(
+                    "LISTEN connection healthy again after %d failed tries",
+                    self._listen_failures,
+                )
+                self._listen_delay, self._listen_failures = LISTEN_FIRST_DELAY, 0
             async for note in conn.notifies(timeout=1.0):
                 target = CHANNELS.get(note.channel)
                 if target is not None:

@@ -1,0 +1,87 @@
+"""The PostgreSQL store's settings: config, URL query parameters, ``--pool-size``; and the
+throttle that keeps the pool's warnings to one line per interval."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from typer.testing import CliRunner
+
+from tether import App, AppConfig, ConfigError, StoreConfig
+from tether.cli import cli, set_pool_size
+from tether.store import create_store
+from tether.store.postgres import POOL_LOG_THROTTLE, LogThrottle, PostgresStore, split_url
+
+
+def test_url_parameters_win_over_the_config_and_never_reach_the_driver() -> None:
+    dsn, settings = split_url(
+        "postgresql://u@h:5432/db?sslmode=disable&pool_size=3&statement_timeout=60",
+        StoreConfig(pool_size=20, answer_timeout=1.5),
+    )
+    assert dsn == "postgresql://u@h:5432/db?sslmode=disable"
+    assert (settings.pool_size, settings.statement_timeout) == (3, 60.0)
+    assert settings.answer_timeout == 1.5
+
+
+def test_a_url_without_parameters_keeps_the_config() -> None:
+    config = StoreConfig(pool_size=4)
+    assert split_url("postgresql://h/db", config) == ("postgresql://h/db", config)
+
+
+@pytest.mark.parametrize("query", ["pool_size=many", "pool_size=0", "answer_timeout=-1"])
+def test_a_bad_url_parameter_is_a_clear_error(query: str) -> None:
+    with pytest.raises(ConfigError):
+        App(f"postgresql://h/db?{query}")
+
+
+def test_pool_size_option_wins_over_the_url_and_the_config() -> None:
+    app = App(
+        "postgresql://h/db?pool_size=7&sslmode=disable",
+        config=AppConfig(store=StoreConfig(pool_size=5)),
+    )
+    set_pool_size(app, 2)
+    assert app.url == "postgresql://h/db?sslmode=disable"
+    store = create_store(app.url, app.config.store)
+    assert isinstance(store, PostgresStore)
+    assert store.settings.pool_size == 2
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_worker_and_serve_take_a_pool_size(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    assert "--pool-size" in result.output
+
+
+def test_throttle_lets_one_warning_through_per_interval_and_counts_the_rest() -> None:
+    logger = logging.getLogger("tests.throttle")
+    logger.setLevel(logging.INFO)
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    throttle = LogThrottle(every=3600)
+    handler = Keep()
+    logger.addFilter(throttle)
+    logger.addHandler(handler)
+    try:
+        for i in range(5):
+            logger.warning("connection failed %d", i)
+        logger.info("not a warning")
+        throttle.last = -1e9  # the interval has passed
+        logger.warning("connection failed again")
+    finally:
+        logger.removeFilter(throttle)
+        logger.removeHandler(handler)
+    assert seen == [
+        "connection failed 0",
+        "not a warning",
+        "connection failed again (4 more held back in the last 3600s)",
+    ]
+
+
+def test_the_pool_logger_is_throttled() -> None:
+    assert POOL_LOG_THROTTLE in logging.getLogger("psycopg.pool").filters
