@@ -24,9 +24,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
-	# Everything, including the fault-injection suite's short profile (tests/faults).
 	# The documentation site, strictly: a broken link or reference fails the run.
 	$(MAKE) --no-print-directory docs
+	# Everything, including the fault-injection suite's short profile (tests/faults).
 	$(PY) -m pytest -q
 
 # The documentation site (MkDocs) into site/; the CLI reference runs the `typer` command.

@@ -24,3 +24,9 @@ def test_quickstart_script_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "job 1 succeeded: crawled 10 pages\n"
     assert (tmp_path / "tether.db").exists()
+
+
+def test_the_readme_shows_the_quickstart_script_as_it_is() -> None:
+    readme = (EXAMPLE.parents[1] / "README.md").read_text("utf-8")
+    code = EXAMPLE.read_text("utf-8").split('"""\n\n', 1)[1]
+    assert f"```python\n{code}```" in readme
