@@ -26,8 +26,8 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from tether import App, JobState
-from tether import cli as cli_module
 from tether.cli import cli
+from tether.cli import output as cli_output
 from tether.job import Job, Outcome
 from tether.store import Store, create_store
 
@@ -468,14 +468,14 @@ def test_job_cancel_and_wait_show_live_progress_on_a_terminal(
     (job,) = _enqueue(sqlite_url, 1)
     claim_one(sqlite_url)  # its fake worker never answers
     screen = io.StringIO()
-    monkeypatch.setattr(cli_module, "err", Console(file=screen, force_terminal=True, width=200))
+    monkeypatch.setattr(cli_output, "err", Console(file=screen, force_terminal=True, width=200))
     res = tether(runner, "job", "cancel", str(job.id), "-d", sqlite_url, "--wait", "0.3")
     assert res.exit_code == 0, res.output
     assert f"Cancelling job {job.id}: running (0s)" in screen.getvalue()
     res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.3")
     assert f"Waiting for job {job.id}: cancelling (0s)" in screen.getvalue()
     # Piped (not a terminal), nothing but the result is printed.
-    monkeypatch.setattr(cli_module, "err", Console(file=io.StringIO(), force_terminal=False))
+    monkeypatch.setattr(cli_output, "err", Console(file=io.StringIO(), force_terminal=False))
     res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.1")
     assert "Waiting for" not in res.output
 
