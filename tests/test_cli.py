@@ -691,15 +691,23 @@ def test_enqueue_list_cancel_on_postgres(runner: CliRunner, app_ref: str, pg_url
 
 
 def _spawn(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     return subprocess.Popen(
         [TETHER, *args],
         cwd=cwd,
-        env=env,
+        env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _env() -> dict[str, str]:
+    """The environment without TETHER_ settings, and without the virtualenv's bin folder
+    on PATH (as after ``make demo``, where a bare ``tether`` is "command not found")."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    bin_dir = os.path.dirname(TETHER)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
+    return env
 
 
 def wait_job(
@@ -848,6 +856,14 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert {"crawl", "chunk", "embed", "upsert"} <= {
         j.task for j in jobs if j.state is JobState.SUCCEEDED
     }
+    # What it tells you to run in another terminal works there as printed.
+    explore = stdout.split("explore:", 1)[1].splitlines()
+    listing = next(line.strip() for line in explore if " job list" in line)
+    shown = subprocess.run(
+        listing, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, (listing, shown.stderr)
+    assert "crawl" in shown.stdout
     # The demo cancels its long crawl while it runs; retries recover the flaky ones.
     (long_crawl,) = [j for j in jobs if j.args.get("url") == "https://example.org/archive"]
     assert long_crawl.state is JobState.CANCELLED
