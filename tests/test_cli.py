@@ -540,6 +540,16 @@ def test_queue_pause_resume_and_list(runner: CliRunner, sqlite_url: str) -> None
     assert queue["paused"] is False
 
 
+def test_queue_pause_and_resume_say_what_they_did(runner: CliRunner, sqlite_url: str) -> None:
+    _enqueue(sqlite_url, 1)
+    paused = tether(runner, "queue", "pause", "default", "-d", sqlite_url)
+    assert paused.stdout == "queue default paused: no new claims; running jobs finish\n"
+    resumed = tether(runner, "queue", "resume", "default", "-d", sqlite_url)
+    assert resumed.stdout == "queue default resumed\n"
+    made = tether(runner, "queue", "resume", "later", "--create", "-d", sqlite_url)
+    assert made.stdout == "queue later resumed\n"
+
+
 def test_queue_pause_of_a_never_seen_queue_needs_create(runner: CliRunner, sqlite_url: str) -> None:
     _enqueue(sqlite_url, 1)
     typo = tether(runner, "queue", "pause", "defualt", "-d", sqlite_url)

@@ -90,6 +90,7 @@ def queue_resume(
         await app.resume_queue(name)
 
     run(app, go())
+    out.print(f"queue {name} resumed")
 
 
 async def _known_queue(app: App, name: str) -> None:
@@ -102,4 +103,3 @@ async def _known_queue(app: App, name: str) -> None:
             f"queue {name!r} has never been seen (known queues: {listed}); "
             "use --create to pause or resume it anyway"
         )
-    out.print(f"queue {name} resumed")
