@@ -26,8 +26,8 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from tether import App, JobState
-from tether import cli as cli_module
 from tether.cli import cli
+from tether.cli import output as cli_output
 from tether.job import Job, Outcome
 from tether.store import Store, create_store
 
@@ -468,14 +468,14 @@ def test_job_cancel_and_wait_show_live_progress_on_a_terminal(
     (job,) = _enqueue(sqlite_url, 1)
     claim_one(sqlite_url)  # its fake worker never answers
     screen = io.StringIO()
-    monkeypatch.setattr(cli_module, "err", Console(file=screen, force_terminal=True, width=200))
+    monkeypatch.setattr(cli_output, "err", Console(file=screen, force_terminal=True, width=200))
     res = tether(runner, "job", "cancel", str(job.id), "-d", sqlite_url, "--wait", "0.3")
     assert res.exit_code == 0, res.output
     assert f"Cancelling job {job.id}: running (0s)" in screen.getvalue()
     res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.3")
     assert f"Waiting for job {job.id}: cancelling (0s)" in screen.getvalue()
     # Piped (not a terminal), nothing but the result is printed.
-    monkeypatch.setattr(cli_module, "err", Console(file=io.StringIO(), force_terminal=False))
+    monkeypatch.setattr(cli_output, "err", Console(file=io.StringIO(), force_terminal=False))
     res = tether(runner, "job", "wait", str(job.id), "-d", sqlite_url, "--timeout", "0.1")
     assert "Waiting for" not in res.output
 
@@ -538,6 +538,16 @@ def test_queue_pause_resume_and_list(runner: CliRunner, sqlite_url: str) -> None
     assert tether(runner, "queue", "resume", "default", "-d", sqlite_url).exit_code == 0
     (queue,) = json.loads(tether(runner, "queue", "list", "-d", sqlite_url, "--json").stdout)
     assert queue["paused"] is False
+
+
+def test_queue_pause_and_resume_say_what_they_did(runner: CliRunner, sqlite_url: str) -> None:
+    _enqueue(sqlite_url, 1)
+    paused = tether(runner, "queue", "pause", "default", "-d", sqlite_url)
+    assert paused.stdout == "queue default paused: no new claims; running jobs finish\n"
+    resumed = tether(runner, "queue", "resume", "default", "-d", sqlite_url)
+    assert resumed.stdout == "queue default resumed\n"
+    made = tether(runner, "queue", "resume", "later", "--create", "-d", sqlite_url)
+    assert made.stdout == "queue later resumed\n"
 
 
 def test_queue_pause_of_a_never_seen_queue_needs_create(runner: CliRunner, sqlite_url: str) -> None:
@@ -691,15 +701,23 @@ def test_enqueue_list_cancel_on_postgres(runner: CliRunner, app_ref: str, pg_url
 
 
 def _spawn(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     return subprocess.Popen(
         [TETHER, *args],
         cwd=cwd,
-        env=env,
+        env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _env() -> dict[str, str]:
+    """The environment without TETHER_ settings, and without the virtualenv's bin folder
+    on PATH (as after ``make demo``, where a bare ``tether`` is "command not found")."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    bin_dir = os.path.dirname(TETHER)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
+    return env
 
 
 def wait_job(
@@ -848,6 +866,14 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert {"crawl", "chunk", "embed", "upsert"} <= {
         j.task for j in jobs if j.state is JobState.SUCCEEDED
     }
+    # What it tells you to run in another terminal works there as printed.
+    explore = stdout.split("explore:", 1)[1].splitlines()
+    listing = next(line.strip() for line in explore if " job list" in line)
+    shown = subprocess.run(
+        listing, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, (listing, shown.stderr)
+    assert "crawl" in shown.stdout
     # The demo cancels its long crawl while it runs; retries recover the flaky ones.
     (long_crawl,) = [j for j in jobs if j.args.get("url") == "https://example.org/archive"]
     assert long_crawl.state is JobState.CANCELLED

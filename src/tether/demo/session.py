@@ -1,39 +1,15 @@
-"""The demo: a document pipeline (crawl → chunk → embed → upsert) watched live.
-
-``tether demo`` runs workers in-process on a fresh SQLite file, enqueues a dozen crawls
-and shows every job in the terminal as it runs, retries, fails, or is cancelled.
-
-The module is also an ordinary tether app. While a demo runs (or after you stopped it
-with Ctrl-C and it released its running jobs), another terminal can join in::
-
-    tether worker --app tether.demo:app        # resumes released jobs from checkpoints
-    tether enqueue crawl --app tether.demo:app --args '{"url": "https://example.org/x"}'
-    tether job list --app tether.demo:app
-
-The web is simulated, deterministically, so every run tells the same story:
-
-- ``flaky`` hosts reset the connection halfway through the first attempt; the retry
-  resumes from the last page checkpointed;
-- embedding ``docs.example.org`` and ``research.example.edu`` runs out of (simulated)
-  GPU memory on the first attempt;
-- ``.invalid`` hosts never resolve, so that crawl fails for good after its attempts;
-- ``example.org/archive`` is long: the demo cancels it while it runs.
-"""
+"""One ``tether demo`` session: its workers, the jobs it feeds them, the live view and
+the summary."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import random
 import signal
-import socket
-import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlsplit
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -44,161 +20,21 @@ from rich.text import Text
 from tether import display
 from tether.app import App
 from tether.cancellation import CancellationResult
-from tether.config import RetryPolicy, WorkerConfig
-from tether.context import JobContext, SyncJobContext
-from tether.errors import StoreError, WaitForChildren
-from tether.job import JSON, Job
-from tether.store import create_store
+from tether.config import WorkerConfig
+from tether.demo.command import TetherCommand
+from tether.demo.pipeline import (
+    DEMO_DATABASE_URL,
+    MORE_SITES,
+    SITES,
+    crawl,
+    digest,
+    site_pages,
+)
+from tether.demo.server import DEMO_PORT, WebServer, free_port
+from tether.errors import StoreError
+from tether.job import Job
 from tether.worker import Worker
 from tether.workflow import Workflow
-
-DEMO_PORT = 8000
-"""Where the demo serves the API and dashboard (on 127.0.0.1; a free port if taken)."""
-DEMO_DATABASE_URL = "sqlite:///.tether/demo.db"
-"""Relative to the current directory; ``tether demo`` recreates it on every run."""
-
-app = App(DEMO_DATABASE_URL)
-"""The demo's app: ``tether worker --app tether.demo:app`` runs its tasks."""
-
-# Short backoff so retries happen while you watch.
-DEMO_RETRY = RetryPolicy(base_delay=1.0, factor=2.0, max_delay=5.0, jitter=0.1)
-
-SITES: list[tuple[str, int]] = [
-    ("https://example.org/archive", 60),
-    ("https://example.org/blog", 6),
-    ("https://docs.example.org/guide", 8),
-    ("https://flaky.example.net/wiki", 7),
-    ("https://news.example.com/today", 5),
-    ("https://gone.example.invalid/", 4),
-    ("https://shop.example.com/catalog", 4),
-    ("https://research.example.edu/papers", 9),
-    ("https://flaky.example.net/forum", 6),
-    ("https://example.com/changelog", 5),
-    ("https://status.example.org/", 3),
-    ("https://example.net/faq", 5),
-]
-"""The sample crawls: ``(url, pages)``. The first eight are enqueued at once."""
-
-MORE_SITES = [
-    "https://example.org/post-{n}",
-    "https://blog.example.com/p/{n}",
-    "https://flaky.example.net/thread-{n}",
-    "https://example.com/news/{n}",
-]
-"""After the samples, a new crawl of one of these arrives every few seconds."""
-FLAKY_EMBED = {"https://docs.example.org/guide", "https://research.example.edu/papers"}
-WORDS_PER_CHUNK = 400
-
-
-def site_pages(url: str) -> int:
-    """How many pages the simulated site at ``url`` has (3 to 10 when not listed)."""
-    for known, pages in SITES:
-        if known == url:
-            return pages
-    return 3 + zlib.crc32(url.encode()) % 8
-
-
-def page_words(url: str, page: int) -> int:
-    """The simulated word count of one page."""
-    return 300 + zlib.crc32(f"{url}#{page}".encode()) % 900
-
-
-@app.task(name="crawl", max_attempts=3, retry=DEMO_RETRY)
-async def crawl(ctx: JobContext, url: str, pages: int | None = None) -> dict[str, JSON]:
-    """Fetch every page of a site, checkpointing after each so a retry resumes there."""
-    total = pages or site_pages(url)
-    host = urlsplit(url).hostname or url
-    # The checkpoint is what the previous attempt saved: start where it stopped.
-    state: dict[str, int] = ctx.checkpoint or {"next_page": 0, "pages": total, "words": 0}
-    ctx.set_progress(state["next_page"], total)
-    if host.endswith(".invalid"):
-        await asyncio.sleep(0.3)
-        raise ConnectionError(f"cannot resolve host {host!r}")
-    for page in range(state["next_page"], total):
-        # Between pages is a safe place to stop: everything before is checkpointed.
-        ctx.check_cancelled()
-        await asyncio.sleep(random.uniform(0.15, 0.4))  # the "fetch"
-        if "flaky" in host and ctx.attempt == 1 and page == total // 2:
-            raise ConnectionResetError(f"{host}: connection reset by peer on page {page + 1}")
-        words = state["words"] + page_words(url, page)
-        state = {"next_page": page + 1, "pages": total, "words": words}
-        await ctx.save_checkpoint(state)
-        ctx.set_progress(page + 1, total)
-    # The idempotency key makes the hand-off happen once even if this attempt dies
-    # between enqueueing and finishing, and the next attempt enqueues again.
-    await chunk.options(priority=1, idempotency_key=f"chunk-of-{ctx.id}").enqueue(
-        url=url, words=state["words"]
-    )
-    return {"pages": total, "words": state["words"]}
-
-
-@app.task(name="chunk", retry=DEMO_RETRY)
-async def chunk(ctx: JobContext, url: str, words: int) -> dict[str, JSON]:
-    """Split a crawled site into chunks of about 400 words."""
-    await asyncio.sleep(random.uniform(0.2, 0.5))
-    chunks = max(1, words // WORDS_PER_CHUNK)
-    ctx.set_progress(chunks, chunks)
-    await embed.options(priority=2, idempotency_key=f"embed-of-{ctx.id}").enqueue(
-        url=url, chunks=chunks
-    )
-    return {"chunks": chunks}
-
-
-@app.task(name="embed", retry=DEMO_RETRY)
-def embed(ctx: SyncJobContext, url: str, chunks: int) -> dict[str, JSON]:
-    """Embed each chunk (a plain ``def``: it runs in a thread and stops cooperatively)."""
-    for i in range(chunks):
-        # A thread cannot be interrupted, so it asks: waiting on the signal instead of
-        # sleeping makes it stop at once when a cancel (or shutdown) arrives.
-        if ctx.cancelled.wait_sync(random.uniform(0.08, 0.16)):
-            ctx.check_cancelled()
-        if url in FLAKY_EMBED and ctx.attempt == 1 and i == chunks // 2:
-            raise MemoryError("CUDA out of memory (simulated) while embedding")
-        ctx.set_progress(i + 1, chunks)
-    # Sync code enqueues with the blocking API.
-    upsert.options(priority=3, idempotency_key=f"upsert-of-{ctx.id}").enqueue_sync(
-        url=url, vectors=chunks
-    )
-    return {"vectors": chunks, "dim": 384}
-
-
-@app.task(name="upsert", retry=DEMO_RETRY)
-async def upsert(ctx: JobContext, url: str, vectors: int) -> dict[str, JSON]:
-    """Write the vectors to the (simulated) index."""
-    await asyncio.sleep(random.uniform(0.1, 0.3))
-    ctx.set_progress(vectors, vectors)
-    return {"indexed": vectors}
-
-
-@app.task(name="summarize", retry=DEMO_RETRY)
-async def summarize(ctx: JobContext, section: str, steps: int = 6) -> dict[str, JSON]:
-    """A child of ``digest``: summarize one section, checkpointing each step."""
-    state: dict[str, int] = ctx.checkpoint or {"step": 0}
-    for step in range(state["step"], steps):
-        ctx.check_cancelled()
-        await asyncio.sleep(random.uniform(0.3, 0.6))
-        await ctx.save_checkpoint({"step": step + 1})
-        ctx.set_progress(step + 1, steps)
-    return {"section": section, "sentences": 3 + zlib.crc32(section.encode()) % 5}
-
-
-@app.task(name="digest", retry=DEMO_RETRY)
-async def digest(ctx: JobContext, sections: list[str]) -> dict[str, JSON]:
-    """A parent: spawn a summary per section, wait for them without holding a worker,
-    then add them up. It depends on two crawls (a workflow)."""
-    if ctx.phase is None:
-        for section in sections:
-            await ctx.spawn(summarize, section=section)
-        raise WaitForChildren("combine")
-    kids = await ctx.children()
-    done = [k for k in kids if k.state.value == "succeeded"]
-    return {
-        "sections": len(done),
-        "sentences": sum(int((k.result or {}).get("sentences", 0)) for k in done),
-    }
-
-
-# -- the live view -----------------------------------------------------------------------
 
 
 @dataclass
@@ -235,6 +71,7 @@ class DemoRun:
     web_port: int | None = DEMO_PORT
     web_url: str | None = None
     web_token: str | None = None
+    tether: TetherCommand = field(default_factory=TetherCommand)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -303,7 +140,7 @@ class DemoRun:
         self.print_summary()
         return 0
 
-    async def start_web(self) -> _WebServer | None:
+    async def start_web(self) -> WebServer | None:
         """Serve the API and dashboard on 127.0.0.1 with a fresh admin token."""
         from tether.audit import Audit
         from tether.auth import Tokens
@@ -319,7 +156,7 @@ class DemoRun:
         await Audit(self.app).record(
             "demo", "token.create", f"token:{name}", "ok", detail="role admin"
         )
-        server = _WebServer(self.app, _port(self.web_port or DEMO_PORT))
+        server = WebServer(self.app, free_port(self.web_port or DEMO_PORT))
         await server.start()
         self.web_url = f"http://127.0.0.1:{server.port}/"
         return server
@@ -586,9 +423,10 @@ class DemoRun:
             log.append_text(note.text)
             log.append("\n")
         log.rstrip()
+        tether = self.tether.run
         hint = Text(
-            f"in another terminal: tether job list {self.db_option()} · "
-            f"tether worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip(),
+            f"in another terminal: {tether} job list {self.db_option()} · "
+            f"{tether} worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip(),
             style="grey50",
         )
         return Group(
@@ -656,75 +494,19 @@ class DemoRun:
         c.print()
         db = self.db_option()
         c.print(Text("explore:", style="bold"))
-        c.print(f"  tether job list {db}")
+        tether = self.tether.run
+        c.print(f"  {tether} job list {db}")
         if self.jobs:
-            c.print(f"  tether job show {self.jobs[-1].id} {db}")
+            c.print(f"  {tether} job show {self.jobs[-1].id} {db}")
         if waiting:
             c.print(
-                f"  tether worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip()
+                f"  {tether} worker --app tether.demo:app {self.db_option(for_app=True)}".rstrip()
                 + f"   # runs the {waiting} unfinished job{'s' if waiting != 1 else ''}, "
                 "resuming from checkpoints"
             )
-
-
-class _WebServer:
-    """uvicorn on the demo's own event loop, leaving its signals to the demo."""
-
-    def __init__(self, tether_app: App, port: int) -> None:
-        import uvicorn
-
-        from tether.web import ApiSettings, create_app
-
-        api = create_app(tether_app, ApiSettings())
-        # No lifespan: the demo's workers share the app's store, which the server's
-        # shutdown must not close.
-        config = uvicorn.Config(
-            api,
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-        )
-
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield  # the demo handles Ctrl-C itself
-
-        self.server = Server(config)
-        self.port = port
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Listen; returns once the server accepts connections."""
-        self.task = asyncio.create_task(self.server.serve(), name="tether-demo-web")
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()
-                raise RuntimeError("the dashboard did not start")
-            await asyncio.sleep(0.02)
-
-    async def stop(self) -> None:
-        """Close the server (open event streams are cut)."""
-        self.server.should_exit = True
-        self.server.force_exit = True
-        if self.task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self.task, 5)
-
-
-def _port(wanted: int) -> int:
-    """``wanted`` if it is free on 127.0.0.1, else any free port."""
-    for port in (wanted, 0):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            found: int = sock.getsockname()[1]
-            return found
-    raise OSError("no free port on 127.0.0.1")
+        hint = self.tether.hint()
+        if hint is not None:
+            c.print(f"  {hint}")
 
 
 class _NoteHandler(logging.Handler):
@@ -784,56 +566,3 @@ def _ordered(jobs: list[Job]) -> list[Job]:
         reverse=True,
     )
     return active + done
-
-
-def _fresh_sqlite(url: str) -> None:
-    """Delete the demo's SQLite file (and its WAL files) and make sure its folder exists."""
-    path = Path(url.removeprefix("sqlite:///"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def main(
-    *,
-    database: str | None = None,
-    duration: float | None = None,
-    workers: int = 2,
-    concurrency: int = 3,
-    console: Console | None = None,
-    port: int | None = DEMO_PORT,
-) -> int:
-    """Run the demo; returns the process exit code.
-
-    Without ``database`` it uses a fresh ``.tether/demo.db``. A database you name is
-    used as it is, and the view shows only the jobs created during this run.
-    """
-    console = console or Console()
-    url = database or DEMO_DATABASE_URL
-    create_store(url)  # a malformed URL fails here, before anything is deleted
-    if database is None:
-        _fresh_sqlite(url)
-    app.url = url  # the store is created lazily from it, so this is before first use
-    demo = DemoRun(
-        app=app,
-        console=console,
-        database=display.redact_url(url),
-        duration=duration,
-        n_workers=workers,
-        concurrency=concurrency,
-        web_port=port,
-        interactive=console.is_terminal and not console.is_dumb_terminal,
-    )
-
-    async def go() -> int:
-        try:
-            return await demo.run()
-        finally:
-            await app.close()
-
-    try:
-        return asyncio.run(go())
-    finally:
-        # ``embed`` enqueues through the blocking API, whose store lives on the App's
-        # background loop; close it there.
-        app.run_sync(app.close())
