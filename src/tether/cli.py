@@ -51,7 +51,6 @@ from tether.job import JSON, Job, JobEvent, TokenInfo, WorkerInfo
 from tether.logs import JsonFormatter
 from tether.ops import LeaderInfo, PruneReport
 from tether.states import JobState
-from tether.store import create_store, parse_sqlite_path
 from tether.task import EnqueueOptions
 from tether.worker import Worker
 
@@ -242,8 +241,8 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
         app = load_app(app_ref)
         if database:
             # The App builds its store lazily from ``url`` on first use, so replacing it
-            # before any call is enough; create_store validates it as the App would.
-            create_store(database)
+            # before any call is enough; sqlite_file validates it as the App would.
+            App.sqlite_file(database)
             app.url = database
     else:
         app = App(database)
@@ -255,15 +254,13 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
 
 def _require_database(url: str) -> None:
     """Refuse a SQLite URL whose file does not exist."""
-    create_store(url)  # a malformed URL gets its own clear error first
-    if url.startswith("sqlite:"):
-        path = parse_sqlite_path(url)
-        if not os.path.exists(path):
-            _opened.append(url)
-            raise StoreError(
-                f"no SQLite database at {path}: check --database (`tether migrate` or a "
-                "worker creates one)"
-            )
+    path = App.sqlite_file(url)  # a malformed URL gets its own clear error first
+    if path is not None and not os.path.exists(path):
+        _opened.append(url)
+        raise StoreError(
+            f"no SQLite database at {path}: check --database (`tether migrate` or a "
+            "worker creates one)"
+        )
 
 
 @contextlib.asynccontextmanager
