@@ -37,9 +37,11 @@ from tether.errors import (
     UnknownTaskError,
     WaitTimeoutError,
 )
+from tether.feed import FeedFilter, follow
 from tether.job import (
     JSON,
     ArtifactInfo,
+    FeedEvent,
     Job,
     JobEvent,
     JobFilter,
@@ -62,6 +64,7 @@ from tether.store import (
     memory_url,
     parse_sqlite_path,
 )
+from tether.store.base import shipped_versions
 from tether.task import EnqueueOptions, Executor, Task, is_async, module_name
 from tether.workflow import Workflow
 
@@ -265,6 +268,29 @@ class App:
                 del self._stores[loop]
             self._closers.pop(loop, None)
             await store.close()
+
+    async def listen(self) -> None:
+        """Connect this event loop's store now and, on PostgreSQL, listen for its
+        notifications, so waits and feeds wake as soon as a job changes."""
+        store = await self.store()
+        listen: Callable[[], Awaitable[None]] | None = getattr(store, "listen", None)
+        if listen is not None:
+            await listen()
+
+    @staticmethod
+    def sqlite_file(url: str) -> str | None:
+        """The file a ``sqlite:`` database URL names (``None`` for PostgreSQL); a
+        malformed or unsupported URL raises :class:`~tether.errors.ConfigError`."""
+        create_store(url)
+        return parse_sqlite_path(url) if url.startswith("sqlite:") else None
+
+    async def schema_version(self) -> int:
+        """The newest migration applied to the database (connecting first)."""
+        return await (await self.store()).schema_version()
+
+    def expected_schema_version(self) -> int:
+        """The newest migration this code ships for the App's database."""
+        return max(shipped_versions(self.url))
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied (warns if the
@@ -761,10 +787,8 @@ class App:
     async def _wait_for(
         self, job_id: int, done: Callable[[Job], bool], timeout: float | None
     ) -> Job:
+        await self.listen()
         store = await self.store()
-        listen: Callable[[], Awaitable[None]] | None = getattr(store, "listen", None)
-        if listen is not None:
-            await listen()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         # Subscribe before reading, so a change between the read and the wait wakes us.
@@ -833,6 +857,13 @@ class App:
         return self.run_sync(self.run_until_idle(queues=queues, timeout=timeout))
 
     # -- the API -------------------------------------------------------------------------
+
+    async def feed(
+        self, flt: FeedFilter, *, after_id: int | None = None, poll: float = 1.0
+    ) -> AsyncGenerator[FeedEvent, None]:
+        """The live feed: transitions matching ``flt`` as they happen, oldest first,
+        forever (see :func:`tether.feed.follow`); ``after_id`` resumes after that event id."""
+        return follow(await self.store(), flt, after_id=after_id, poll=poll)
 
     async def cancellations_of(
         self, owner: str, limit: int = 20, offset: int = 0

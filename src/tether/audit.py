@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from tether.job import AuditEntry
 from tether.store import caller_store
+from tether.store.protocols import AuthStore
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -74,7 +75,7 @@ class Audit:
         detail: str | None = None,
     ) -> AuditEntry:
         """Append one row. ``result`` is ``ok``, ``denied`` or an error code."""
-        store = (
+        store: AuthStore = (
             caller_store(self.app.url, self.connection)
             if self.connection is not None
             else await self.app.store()
@@ -92,7 +93,8 @@ class Audit:
 
     async def list(self, limit: int = 50, offset: int = 0) -> list[AuditEntry]:
         """Rows, newest first."""
-        return await (await self.app.store()).list_audit(limit, offset)
+        store: AuthStore = await self.app.store()
+        return await store.list_audit(limit, offset)
 
 
 def audited(

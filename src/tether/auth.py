@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from tether.errors import ConfigError
 from tether.job import Job, TokenInfo
+from tether.store.protocols import AuthStore
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -101,6 +102,9 @@ class Tokens:
     def __init__(self, app: App) -> None:
         self.app = app
 
+    async def _store(self) -> AuthStore:
+        return await self.app.store()
+
     async def create(self, name: str, role: str) -> tuple[str, TokenInfo]:
         """Create a token; returns its text (shown once, never stored) and its record.
 
@@ -109,18 +113,18 @@ class Tokens:
         check_name(name)
         valid_role = check_role(role)
         token = new_token()
-        info = await (await self.app.store()).create_token(name, valid_role, hash_token(token))
+        info = await (await self._store()).create_token(name, valid_role, hash_token(token))
         if info is None:
             raise ConfigError(f"an active token named {name!r} exists; revoke it first")
         return token, info
 
     async def list(self) -> list[TokenInfo]:
         """Every token, active and revoked, oldest first (no secrets in them)."""
-        return await (await self.app.store()).list_tokens()
+        return await (await self._store()).list_tokens()
 
     async def revoke(self, name: str) -> bool:
         """Revoke the active token named ``name``; ``False`` if there is none."""
-        return await (await self.app.store()).revoke_token(name)
+        return await (await self._store()).revoke_token(name)
 
     async def any_active(self) -> bool:
         """Whether at least one token is active."""
@@ -131,7 +135,7 @@ class Tokens:
         if not token.startswith(TOKEN_PREFIX) or len(token) > 256:
             return None
         digest = hash_token(token)
-        info = await (await self.app.store()).find_token(digest)
+        info = await (await self._store()).find_token(digest)
         # The lookup matched by hash already; comparing again in constant time keeps that
         # true whatever the database's comparison does (collations, truncation).
         if info is None or not hmac.compare_digest(info.token_hash, digest):

@@ -18,14 +18,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from tether import hints as h
 from tether import metrics
 from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError, StoreError
 from tether.job import CancellationRow, Job, JobFilter
 from tether.states import JobState
-from tether.store import Store
+from tether.store.protocols import CancellationStore, JobStore
 
 FINAL = frozenset({"completed", "partial", "failed"})
 READ_CHUNK = 1000
@@ -130,12 +130,16 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+class CancellationBackend(JobStore, CancellationStore, Protocol):
+    """What a cancellation touches: the jobs it reads and cancels, and its record."""
+
+
 class CancellationService:
     """Runs cancellations for an :class:`~tether.App` (see the module docstring)."""
 
     def __init__(
         self,
-        store: Store,
+        store: CancellationBackend,
         poll_interval: float,
         *,
         adopt_after: float = ADOPT_AFTER,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tether import hints as h
 from tether.job import FeedEvent
-from tether.store import Store
+from tether.store.protocols import FeedStore
 
 PAGE = 500
 GRACE = 2.0  # seconds an event id may commit after a later one
@@ -39,7 +39,7 @@ class FeedFilter:
 
 
 async def follow(
-    store: Store,
+    store: FeedStore,
     flt: FeedFilter,
     *,
     after_id: int | None = None,

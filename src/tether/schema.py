@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 
 from tether.errors import SchemaVersionError, StoreError
-from tether.store import Store
 from tether.store.base import shipped_versions
+from tether.store.protocols import SchemaStore
 
 log = logging.getLogger("tether.schema")
 
 
-async def ensure_schema(store: Store, *, migrate: bool) -> list[int]:
+async def ensure_schema(store: SchemaStore, *, migrate: bool) -> list[int]:
     """Apply pending migrations if ``migrate``, then check the schema; return what was
     applied. Raises :class:`SchemaVersionError` when migrations this code needs are
     missing, and logs a warning when the database is newer than this code."""

@@ -32,7 +32,6 @@ from tether.app import App
 from tether.cli.output import err
 from tether.config import DEFAULT_DATABASE_URL, DEFAULT_POOL_SIZE
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
-from tether.store import create_store, parse_sqlite_path
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -214,8 +213,8 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
         app = load_app(app_ref)
         if database:
             # The App builds its store lazily from ``url`` on first use, so replacing it
-            # before any call is enough; create_store validates it as the App would.
-            create_store(database)
+            # before any call is enough; sqlite_file validates it as the App would.
+            App.sqlite_file(database)
             app.url = database
     else:
         app = App(database)
@@ -227,15 +226,13 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
 
 def _require_database(url: str) -> None:
     """Refuse a SQLite URL whose file does not exist."""
-    create_store(url)  # a malformed URL gets its own clear error first
-    if url.startswith("sqlite:"):
-        path = parse_sqlite_path(url)
-        if not os.path.exists(path):
-            _opened.append(url)
-            raise StoreError(
-                f"no SQLite database at {path}: check --database (`tether migrate` or a "
-                "worker creates one)"
-            )
+    path = App.sqlite_file(url)  # a malformed URL gets its own clear error first
+    if path is not None and not os.path.exists(path):
+        _opened.append(url)
+        raise StoreError(
+            f"no SQLite database at {path}: check --database (`tether migrate` or a "
+            "worker creates one)"
+        )
 
 
 def cli_actor() -> str:

@@ -19,7 +19,7 @@ import time
 
 from tether.ops import MAINTENANCE, LeaderInfo
 from tether.service import Service
-from tether.store import Store
+from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.leader")
 
@@ -37,7 +37,7 @@ class LeaderElection(Service):
 
     def __init__(
         self,
-        store: Store,
+        store: MaintenanceStore,
         holder: str,
         *,
         ttl: float,

@@ -11,7 +11,7 @@ from tether.config import RetentionConfig
 from tether.maintenance.leader import LeaderElection
 from tether.ops import PruneReport
 from tether.service import Service
-from tether.store import Store
+from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.pruner")
 
@@ -33,7 +33,7 @@ class Pruner(Service):
 
     def __init__(
         self,
-        store: Store,
+        store: MaintenanceStore,
         retention: RetentionConfig,
         *,
         leader: LeaderElection | None = None,

@@ -8,7 +8,7 @@ from tether import metrics
 from tether.job import Job
 from tether.procinfo import process_gone
 from tether.service import Service
-from tether.store import Store
+from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.rescuer")
 
@@ -29,7 +29,7 @@ class Rescuer(Service):
 
     def __init__(
         self,
-        store: Store,
+        store: MaintenanceStore,
         *,
         interval: float,
         session_grace: float,

@@ -5,20 +5,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tether import metrics
 from tether.job import Job
 from tether.maintenance.leader import LeaderElection
 from tether.periodic import Schedule
 from tether.service import Service
-from tether.store import Store
+from tether.store.protocols import JobStore, ScheduleStore
 from tether.task import EnqueueOptions
 
 if TYPE_CHECKING:
     from tether.app import App
 
 log = logging.getLogger("tether.scheduler")
+
+
+class SchedulerStore(JobStore, ScheduleStore, Protocol):
+    """What the scheduler touches: the schedules, and the jobs it enqueues for them."""
 
 
 class Scheduler(Service):
@@ -38,7 +42,7 @@ class Scheduler(Service):
     def __init__(
         self,
         app: App,
-        store: Store,
+        store: SchedulerStore,
         *,
         interval: float,
         leader: LeaderElection | None = None,

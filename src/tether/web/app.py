@@ -37,10 +37,7 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        store = await tether_app.store()
-        listen = getattr(store, "listen", None)
-        if listen is not None:
-            await listen()
+        await tether_app.listen()
         try:
             yield
         finally:

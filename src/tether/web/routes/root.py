@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from tether import metrics
-from tether.store.base import load_migrations
 from tether.web.models import DatabaseHealth, Health
 from tether.web.routes import ERRORS
 from tether.web.security import ALL_ROLES, Api, Caller, require
@@ -18,11 +17,6 @@ from tether.web.security import ALL_ROLES, Api, Caller, require
 router = APIRouter()
 log = logging.getLogger("tether.web")
 SLOW_MS = 500.0
-
-
-def _expected_version(url: str) -> int:
-    dialect = "sqlite" if url.startswith("sqlite") else "postgres"
-    return max(m.version for m in load_migrations(dialect))
 
 
 @router.get(
@@ -34,14 +28,13 @@ def _expected_version(url: str) -> int:
 )
 async def health(request: Request) -> JSONResponse:
     api: Api = request.app.state.api
-    expected = _expected_version(api.app.url)
+    expected = api.app.expected_schema_version()
     problems: list[str] = []
     started = time.monotonic()
     # No wait_for here: cancelling a call blocked on a partitioned database waits for
     # the database. Every store call has its own deadline (StoreConfig).
     try:
-        store = await api.app.store()
-        version = await store.schema_version()
+        version = await api.app.schema_version()
     except Exception as exc:
         log.warning("health: database unreachable: %s", exc)
         down = Health(

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from tether import strictint
-from tether.feed import FeedFilter, follow
+from tether.feed import FeedFilter
 from tether.job import FeedEvent
 from tether.states import JobState
 from tether.web.models import MAX_ID, Transition
@@ -98,8 +98,7 @@ async def events(
         owner=caller.principal.owner_filter,
         states=tuple(s.value for s in state) if state else None,
     )
-    store = await caller.app.store()
-    feed = follow(store, flt, after_id=after, poll=max(poll, settings.min_poll_interval))
+    feed = await caller.app.feed(flt, after_id=after, poll=max(poll, settings.min_poll_interval))
     return StreamingResponse(
         _stream(request, feed, limit, timeout, settings.sse_keepalive),
         media_type="text/event-stream",

@@ -1,0 +1,33 @@
+"""The live feed of job transitions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from tether.hints import Hints
+from tether.job import FeedEvent
+
+
+@runtime_checkable
+class FeedStore(Protocol):
+    """The live feed: every job transition by event id, for the API's Server-Sent
+    Events and dashboards."""
+
+    hints: Hints
+    """Wakes the feed when a job changes or is enqueued (NOTIFY on PostgreSQL)."""
+
+    async def feed(
+        self,
+        after_id: int,
+        *,
+        job_id: int | None,
+        queue: str | None,
+        owner: str | None,
+        states: Sequence[str] | None,
+        limit: int,
+    ) -> list[FeedEvent]:
+        """Transitions with an event id above ``after_id``, oldest first, filtered."""
+
+    async def last_event_id(self) -> int:
+        """The newest event id, 0 if there is none."""

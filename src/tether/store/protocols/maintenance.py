@@ -1,0 +1,54 @@
+"""Maintenance: rescue, the leader's lease, retention."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from tether.job import Job
+from tether.ops import LeaderInfo, PruneBatch
+from tether.procinfo import WorkerProcess
+
+ProcessGone = Callable[[WorkerProcess], bool]
+"""Whether a worker's recorded process is known to be gone (see :mod:`tether.procinfo`)."""
+
+
+@runtime_checkable
+class MaintenanceStore(Protocol):
+    """Maintenance: finding dead workers and rescuing their jobs, the maintenance
+    leader's lease, and retention (pruning old jobs and rows)."""
+
+    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
+        """Mark workers dead whose process ``process_gone`` says is gone, or (PostgreSQL)
+        whose session is gone and whose heartbeat is older than ``session_grace``."""
+
+    async def rescue(self) -> list[Job]:
+        """Fenced rescue of running jobs whose lease expired or whose worker is dead."""
+
+    async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
+        """Take the lease ``name`` for ``ttl`` seconds if it is free or ran out, or renew
+        it if ``holder`` has it; return whoever holds it now."""
+
+    async def resign(self, name: str, holder: str) -> None:
+        """Give up the lease ``name`` if ``holder`` has it."""
+
+    async def get_leader(self, name: str) -> LeaderInfo | None:
+        """Who holds the lease ``name``, if anybody took it yet."""
+
+    async def prune_jobs(
+        self,
+        state: str,
+        older_than: float,
+        limit: int,
+        after: tuple[object, int] | None,
+        dry_run: bool,
+    ) -> PruneBatch:
+        """Delete (or with ``dry_run`` count) up to ``limit`` jobs in the final ``state``
+        that finished more than ``older_than`` seconds ago, oldest first, after the
+        ``after`` cursor of the previous batch, with their events, dependency links,
+        artifacts and cancellation records. Jobs whose workflow has an active member
+        are kept, and so is a failed job that holds its concurrency key."""
+
+    async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
+        """Delete (or count) up to ``limit`` rows of ``kind`` older than ``older_than``
+        seconds: ``audit`` rows, or ``workers`` rows stopped or dead that long."""

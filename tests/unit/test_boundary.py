@@ -1,0 +1,117 @@
+"""The storage boundary: the web layer and the CLI reach data only through the App or a
+named service, never the store itself; the store's protocols make up ``Store``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tether
+from tether.store import Store, protocols
+from tether.store.sqlite import SqliteStore
+
+PACKAGE = Path(tether.__file__).parent
+
+
+def edge_modules() -> list[Path]:
+    """The web layer's modules and the CLI's (a module or a package)."""
+    found = sorted((PACKAGE / "web").rglob("*.py"))
+    found += sorted(p for p in PACKAGE.glob("cli*.py"))
+    found += sorted(p for d in PACKAGE.glob("cli*") if d.is_dir() for p in d.rglob("*.py"))
+    return found
+
+
+def _is_store_module(name: str) -> bool:
+    return name == "tether.store" or name.startswith("tether.store.")
+
+
+def store_reaches(source: str) -> list[str]:
+    """Where ``source`` imports the store package or calls something's ``store()``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        hits: list[str] = []
+        if isinstance(node, ast.Import):
+            hits = [f"import {a.name}" for a in node.names if _is_store_module(a.name)]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if _is_store_module(module) or (
+                module == "tether" and any(a.name == "store" for a in node.names)
+            ):
+                hits = [f"from {module} import ..."]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "store"
+        ):
+            hits = [".store()"]
+        found += [f"line {getattr(node, 'lineno', 0)}: {hit}" for hit in hits]
+    return found
+
+
+def test_the_edge_modules_are_found() -> None:
+    names = {p.relative_to(PACKAGE).parts[0] for p in edge_modules()}
+    assert "web" in names
+    assert names & {"cli.py", "cli"}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "store = await app.store()",
+        "await (await self.app.store()).list_tokens()",
+        "from tether.store import create_store",
+        "from tether.store.base import load_migrations",
+        "import tether.store.sqlite",
+        "from tether import store",
+    ],
+)
+def test_the_check_finds_a_reach_into_the_store(source: str) -> None:
+    assert store_reaches(source)
+
+
+def test_the_check_leaves_app_calls_and_store_config_alone() -> None:
+    source = "await app.feed(flt)\nsize = app.config.store.pool_size\nApp.sqlite_file(url)"
+    assert store_reaches(source) == []
+
+
+@pytest.mark.parametrize("path", edge_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_web_layer_and_the_cli_go_through_the_app(path: Path) -> None:
+    assert store_reaches(path.read_text("utf-8")) == [], (
+        f"{path.relative_to(PACKAGE)} reaches past App into the store: add an App method "
+        "or a named service instead"
+    )
+
+
+def _members(protocol: type) -> set[str]:
+    """The methods and attributes a protocol declares itself."""
+    own = {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+    return own | set(vars(protocol).get("__annotations__", {}))
+
+
+PARTS = [getattr(protocols, name) for name in protocols.__all__ if name != "ProcessGone"]
+
+
+def test_store_is_the_composition_of_every_protocol() -> None:
+    assert set(PARTS) <= set(Store.__mro__)
+    assert _members(Store) == set()  # Store adds nothing of its own
+
+
+def test_each_store_method_belongs_to_one_concern() -> None:
+    # ``hints`` is shared by the protocols whose callers wait for changes.
+    methods = [_members(p) - {"hints"} for p in PARTS]
+    assert sum(len(m) for m in methods) == len(set().union(*methods))
+
+
+def test_each_protocol_says_what_it_owns() -> None:
+    for part in PARTS:
+        assert part.__doc__, part.__name__
+        assert _members(part), part.__name__
+
+
+def test_a_store_implements_every_protocol() -> None:
+    store = SqliteStore("sqlite:///unused.db", "unused.db")
+    for part in PARTS:
+        assert isinstance(store, part), part.__name__
+    assert isinstance(store, Store)
