@@ -46,7 +46,8 @@ def sqlite_synchronous(url: str) -> str:
     operating-system crash or power loss cannot lose it either; ``normal`` (the default)
     in WAL mode survives any crash of the process.
     """
-    level = _split_sqlite_options(url)[1].get("synchronous", DEFAULT_SYNCHRONOUS).lower()
+    options = _split_sqlite_options(url.removeprefix("sqlite:///"))[1]
+    level = options.get("synchronous", DEFAULT_SYNCHRONOUS).lower()
     if level not in SYNCHRONOUS_LEVELS:
         raise ConfigError(
             f"unknown SQLite synchronous level {level!r} in {url!r}: use "
