@@ -52,7 +52,8 @@ EXIT_RESTART = 75
 
 
 class Worker:
-    """Runs the jobs of one :class:`~tether.App`; see the module docstring."""
+    """Runs the jobs of one :class:`~tether.App`; its parts are described in
+    :mod:`tether.worker`."""
 
     def __init__(self, app: App, config: WorkerConfig) -> None:
         if not app.tasks:
