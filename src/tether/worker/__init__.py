@@ -9,6 +9,8 @@ One worker is one asyncio loop with a few small services:
   worker itself when the database has been unreachable for too long;
 - the completer (:mod:`.completer`) records outcomes in batches, fenced by lease token;
   what each attempt's end means (retry, fail, release) is decided in :mod:`.outcome`;
+- the handler threads (:mod:`.threads`) run thread handlers and account for the
+  abandoned ones that still hold a pool thread;
 - the rescuer (maintenance) recovers other workers' zombie jobs;
 - the cancellation follow-up (maintenance) completes records that settled while their
   job still ran.
@@ -25,7 +27,8 @@ from tether.worker.heartbeater import Heartbeater
 from tether.worker.outcome import ERROR_LIMIT
 from tether.worker.ramp import Ramp
 from tether.worker.run import Run
-from tether.worker.worker import EXIT_RESTART, SPARE_THREADS, Worker
+from tether.worker.threads import EXIT_RESTART, SPARE_THREADS, HandlerThreads
+from tether.worker.worker import Worker
 
 __all__ = [
     "ERROR_LIMIT",
@@ -33,6 +36,7 @@ __all__ = [
     "SPARE_THREADS",
     "Claimer",
     "Completer",
+    "HandlerThreads",
     "Heartbeater",
     "Ramp",
     "Run",

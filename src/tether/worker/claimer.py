@@ -61,14 +61,14 @@ class Claimer(Service):
     async def _claim(self, free: int) -> int:
         w = self.worker
         tasks = w.task_names
-        room = w.thread_room()
+        room = w.threads.room()
         if room is not None and room < free:
             # Never claim a thread job that would wait for a thread: abandoned handlers
             # may hold the pool for good.
             if room > 0:
                 free = room
-            elif w.unthreaded_task_names:
-                tasks = w.unthreaded_task_names
+            elif w.threads.unthreaded_task_names:
+                tasks = w.threads.unthreaded_task_names
             else:
                 return 0
         limit = min(free, w.config.claim_batch)

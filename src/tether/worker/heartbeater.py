@@ -68,7 +68,7 @@ class Heartbeater(Service):
             call.cancel()  # a no-op once it is done; never waited for
         self.last_ok = sent
         self.fenced = False
-        w.report_threads()  # in case the write made when it changed failed
+        w.threads.report()  # in case the write made when it changed failed
         if self.errors:
             # The database answers again: the loops that were backing off (for up to
             # max_backoff) try again now.

@@ -1,12 +1,11 @@
-"""The :class:`Worker`: composes the claimer, heartbeater, completer and maintenance
-services, runs the claimed jobs, and owns the lifecycle (start, graceful stop), hint
-forwarding and the handler thread pool's accounting. What an attempt's end means is
-decided in :mod:`tether.worker.outcome`."""
+"""The :class:`Worker`: composes the claimer, heartbeater, completer, handler threads and
+maintenance services, runs the claimed jobs, and owns the lifecycle (start, graceful
+stop) and hint forwarding. What an attempt's end means is decided in
+:mod:`tether.worker.outcome`."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -14,7 +13,6 @@ import logging
 import os
 import secrets
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
@@ -38,17 +36,13 @@ from tether.worker.heartbeater import Heartbeater
 from tether.worker.outcome import Attempt, Ending, decide, unfit_arguments, unstarted
 from tether.worker.ramp import Ramp
 from tether.worker.run import Run, beat
+from tether.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:
     from tether.app import App
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
-# Threads in the handler pool beyond ``concurrency``: room for abandoned handlers.
-SPARE_THREADS = 4
-# The exit status of a worker that stopped so that its supervisor starts a fresh one
-# (EX_TEMPFAIL: systemd's Restart=on-failure and most supervisors restart on it).
-EXIT_RESTART = 75
 
 
 class Worker:
@@ -67,22 +61,7 @@ class Worker:
         self.running: dict[int, Run] = {}
         self.stopping = False
         self._store: Store | None = None
-        self.thread_pool_size = config.concurrency + SPARE_THREADS
-        self._threads = ThreadPoolExecutor(
-            max_workers=self.thread_pool_size, thread_name_prefix="tether-job"
-        )
-        threaded = {n for n, t in app.tasks.items() if t.executor == "thread"}
-        self.unthreaded_task_names = [n for n in self.task_names if n not in threaded]
-        self._has_thread_tasks = bool(threaded)
-        #: Pool threads taken: by thread handlers running or waiting for a thread, and by
-        #: abandoned ones that still run.
-        self.threads_busy = 0
-        #: Attempts whose handler thread was abandoned but still runs.
-        self.abandoned: set[Run] = set()
-        self.thread_pool_full = False
-        self._threads_reported = (0, False)
-        self._threads_report_lock = asyncio.Lock()
-        self._reports: set[asyncio.Task[None]] = set()
+        self.threads = HandlerThreads(self)
         #: What the process should exit with: EXIT_RESTART once it stopped itself.
         self.exit_code = 0
         self._services: list[Service] = []
@@ -295,7 +274,7 @@ class Worker:
             await self.leader.resign()  # another worker leads at its next round
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, "stopped")
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self.threads.pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped", self.id)
         self._done.set()
 
@@ -453,7 +432,7 @@ class Worker:
             run.handle = start_handler(
                 task,
                 ctx,
-                self._threads,
+                self.threads.pool,
                 grace=self.config.cancel_grace,
                 kill_timeout=self.config.kill_timeout,
             )
@@ -464,21 +443,12 @@ class Worker:
         if job.timeout:
             run.timers.append(loop.call_later(job.timeout, self._time_out, run))
         if isinstance(run.handle, ThreadHandle):
-            self.threads_busy += 1
-            run.handle.thread.add_done_callback(
-                functools.partial(self._thread_freed_threadsafe, loop, run)
-            )
+            self.threads.taken(run, run.handle.thread)
             run.timers.append(
                 loop.call_later(self.config.handler_start_timeout, self._check_started, run)
             )
 
     # -- the thread pool -----------------------------------------------------------------
-
-    def thread_room(self) -> int | None:
-        """Pool threads free for thread jobs (``None``: the app has no thread tasks)."""
-        if not self._has_thread_tasks:
-            return None
-        return self.thread_pool_size - self.threads_busy
 
     def _check_started(self, run: Run) -> None:
         """A handler still waiting for a thread goes back to the queue unstarted."""
@@ -491,93 +461,6 @@ class Worker:
             self.config.handler_start_timeout,
         )
         self._settle(run, "unstarted", None)
-
-    def _thread_freed_threadsafe(
-        self, loop: asyncio.AbstractEventLoop, run: Run, _: concurrent.futures.Future[Any]
-    ) -> None:
-        # Called in the pool thread (or at once, if already done).
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
-            loop.call_soon_threadsafe(self._thread_freed, run)
-
-    def _thread_freed(self, run: Run) -> None:
-        self.threads_busy -= 1
-        if run in self.abandoned:
-            self.abandoned.discard(run)
-            metrics.threads_abandoned(-1)
-            log.info(
-                "job %s: its abandoned thread has ended (%d abandoned still running)",
-                run.job.id,
-                len(self.abandoned),
-            )
-        self._threads_changed()
-        if not self.stopping:
-            self.claimer.wake()
-
-    def _thread_abandoned(self, run: Run) -> None:
-        self.abandoned.add(run)
-        metrics.threads_abandoned(1)
-        log.warning(
-            "job %s (%s): its handler thread ignored being stopped and still runs; "
-            "%d abandoned thread(s) hold %d of %d pool threads",
-            run.job.id,
-            run.job.task,
-            len(self.abandoned),
-            len(self.abandoned),
-            self.thread_pool_size,
-        )
-        self._threads_changed()
-
-    def _threads_changed(self) -> None:
-        """Report the pool's state; stop the worker past ``max_abandoned_threads``."""
-        full = bool(self.abandoned) and self.threads_busy >= self.thread_pool_size
-        if full != self.thread_pool_full:
-            self.thread_pool_full = full
-            metrics.thread_pool_full(full)
-            if full:
-                log.error(
-                    "thread pool exhausted: %d abandoned handler thread(s) still run; no "
-                    "thread jobs (%s) are claimed until one ends. Restart the worker to "
-                    "get the threads back (max_abandoned_threads does it for you)",
-                    len(self.abandoned),
-                    ", ".join(sorted(set(self.task_names) - set(self.unthreaded_task_names))),
-                )
-            else:
-                log.warning("thread pool has room again: claiming thread jobs")
-        limit = self.config.max_abandoned_threads
-        if limit is not None and len(self.abandoned) > limit and not self.stopping:
-            log.error(
-                "%d abandoned handler threads still run (max_abandoned_threads=%d): "
-                "stopping gracefully, for a fresh worker to take over (exit code %d)",
-                len(self.abandoned),
-                limit,
-                EXIT_RESTART,
-            )
-            self.exit_code = EXIT_RESTART
-            self.request_stop()
-        self.report_threads()
-
-    def report_threads(self) -> None:
-        """Write the abandoned-thread count and pool state to the worker's row, if they
-        changed since the last successful write."""
-        if (len(self.abandoned), self.thread_pool_full) == self._threads_reported:
-            return
-        task = asyncio.ensure_future(self._write_threads())
-        self._reports.add(task)
-        task.add_done_callback(self._reports.discard)
-
-    async def _write_threads(self) -> None:
-        # One write at a time, each with the state current when it is sent: the last
-        # one to land is the latest.
-        async with self._threads_report_lock:
-            state = (len(self.abandoned), self.thread_pool_full)
-            if state == self._threads_reported:
-                return
-            try:
-                await self.store.set_worker_threads(self.id, *state)
-            except Exception as exc:  # the heartbeat tries again
-                log.warning("could not record this worker's abandoned threads: %s", exc)
-                return
-            self._threads_reported = state
 
     def _lease_lost(self, job_id: int) -> None:
         run = self.running.get(job_id)
@@ -621,7 +504,7 @@ class Worker:
         for timer in run.timers:
             timer.cancel()
         if isinstance(run.handle, ThreadHandle) and not run.handle.thread.done():
-            self._thread_abandoned(run)
+            self.threads.abandon(run)
         job = run.job
         try:
             outcome = self._outcome(run, kind, value)
