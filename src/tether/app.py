@@ -15,7 +15,7 @@ from collections.abc import (
     Iterable,
     Sequence,
 )
-from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tether import hints as h
 from tether import names, payload, serving
@@ -67,6 +67,10 @@ from tether.store import (
 from tether.store.base import shipped_versions
 from tether.task import EnqueueOptions, Executor, Task, is_async, module_name
 from tether.workflow import Workflow
+
+if TYPE_CHECKING:
+    # The worker refers to App in turn: type-only here, imported by worker() when called.
+    from tether.worker import Worker
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -835,7 +839,7 @@ class App:
 
     # -- workers -------------------------------------------------------------------------
 
-    def worker(self, config: WorkerConfig | None = None, **settings: Any) -> Any:
+    def worker(self, config: WorkerConfig | None = None, **settings: Any) -> Worker:
         """A :class:`~tether.worker.Worker` for this app (``settings`` as WorkerConfig)."""
         from tether.worker import Worker
 

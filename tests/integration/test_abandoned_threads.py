@@ -82,7 +82,7 @@ async def test_pool_full_of_abandoned_threads_claims_no_thread_jobs_and_says_so(
         assert (untouched.state, untouched.attempt) == (JobState.QUEUED, 0), (
             "a thread job it could not start was not claimed"
         )
-        assert worker.thread_pool_full
+        assert worker.threads.full
         assert "thread pool exhausted" in caplog.text
 
         async def reported() -> bool:
@@ -144,8 +144,8 @@ async def test_claimed_job_whose_handler_cannot_start_goes_back_unstarted(
     await worker.start()
     try:
         # Something else holds every pool thread (the worker does not know of it).
-        for _ in range(worker.thread_pool_size):
-            worker._threads.submit(gate.wait)
+        for _ in range(worker.threads.size):
+            worker.threads.pool.submit(gate.wait)
         job = await app.enqueue("quick")
 
         async def handed_back() -> bool:

@@ -1,0 +1,134 @@
+"""The heartbeater: one write per interval for every lease, and the worker's self-fencing.
+
+It extends the leases, flushes progress, learns of cancel and pause requests and of lost
+leases, and stops the jobs whose leases may have expired when the database has been
+unreachable for too long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tether import metrics
+from tether.service import Service
+from tether.worker.run import Run, beat
+
+if TYPE_CHECKING:
+    from tether.worker.worker import Worker
+
+# Every part of the worker logs as ``tether.worker``: operators filter on that one name.
+log = logging.getLogger("tether.worker")
+
+
+class Heartbeater(Service):
+    """One write per interval for every lease this worker holds."""
+
+    name = "heartbeat"
+
+    def __init__(self, worker: Worker) -> None:
+        cfg = worker.config
+        super().__init__(cfg.heartbeat_interval, max_consecutive_errors=10**9, logger=log)
+        self.worker = worker
+        self.last_ok = asyncio.get_running_loop().time()
+        self.fenced = False
+
+    async def run_once(self) -> int:
+        """Extend every lease; act on lost leases and control requests."""
+        w = self.worker
+        loop = asyncio.get_running_loop()
+        runs = w.beating()
+        beats = [beat(r) for r in runs]
+        sent = loop.time()
+        # A stalled or blackholed connection must not keep us waiting past the moment
+        # we have to stop our jobs: another worker may take them once the leases end.
+        timeout = max(1.0, w.config.heartbeat_interval)
+        first = min((self.fence_point(r) for r in runs), default=None)
+        if first is not None and first > sent:
+            timeout = min(timeout, first - sent)
+        elif first is not None:
+            # Past a fence point already (the last rounds failed fast or the pause
+            # between rounds crossed it): stop those jobs now, not after one more try.
+            self._maybe_fence()
+        # Not wait_for: it waits for the cancelled call to unwind, and the driver waits for
+        # the server to acknowledge the cancel, which a partitioned server never does.
+        call = asyncio.ensure_future(w.store.heartbeat(w.id, beats, w.config.lease_duration))
+        call.add_done_callback(_retrieve)
+        try:
+            done, _ = await asyncio.wait({call}, timeout=timeout)
+            if not done:
+                raise TimeoutError(f"no answer from the database within {timeout:.1f}s")
+            res = call.result()
+        except Exception:
+            metrics.heartbeat_failed()
+            self._maybe_fence()
+            raise
+        finally:
+            call.cancel()  # a no-op once it is done; never waited for
+        self.last_ok = sent
+        self.fenced = False
+        w.threads.report()  # in case the write made when it changed failed
+        if self.errors:
+            # The database answers again: the loops that were backing off (for up to
+            # max_backoff) try again now.
+            for svc in w._services:
+                if svc is not self:
+                    svc.wake()
+        for run in runs:
+            if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
+                log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
+                w.interrupt(run, "lease_lost")
+        heard: list[tuple[Run, str]] = []
+        for req in res.requests:
+            held = w.running.get(req.job_id)
+            if held is not None and req.cancel:
+                w.interrupt(held, "cancel", force=req.force)
+                heard.append((held, "cancel"))
+            elif held is not None and req.pause:
+                w.interrupt(held, "pause", detail="pause requested")
+                heard.append((held, "pause"))
+        await w.log_requests(heard)
+        return len(beats)
+
+    @property
+    def fence_at(self) -> float:
+        """Loop time at which our leases may be about to expire, minus the margin.
+
+        ``last_ok`` is when the last successful heartbeat was *sent*; the database
+        extended the leases no earlier than that.
+        """
+        config = self.worker.config
+        return self.last_ok + config.lease_duration - config.self_fence_margin
+
+    def fence_point(self, run: Run) -> float:
+        """:attr:`fence_at` for one job: a job claimed after the last successful
+        heartbeat has a lease of its own, no older than the claim."""
+        return self.fence_at + max(0.0, run.leased_at - self.last_ok)
+
+    def _maybe_fence(self) -> None:
+        now = asyncio.get_running_loop().time()
+        silent = now - self.last_ok
+        due = [
+            run
+            for run in self.worker.running.values()
+            # A timer may fire a hair early.
+            if not run.finishing and now >= self.fence_point(run) - 0.01
+        ]
+        if not due:
+            return
+        if not self.fenced:
+            log.error(
+                "no heartbeat for %.1fs: stopping %d job(s) before their leases expire",
+                silent,
+                len(due),
+            )
+        self.fenced = True
+        for run in due:
+            self.worker.interrupt(run, "lease_lost")
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark an abandoned call's exception as seen (it was handled, or is moot)."""
+    if not fut.cancelled():
+        fut.exception()
