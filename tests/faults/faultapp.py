@@ -241,6 +241,19 @@ def _note_worker_id(worker_id: str) -> None:
         f.write(worker_id)
 
 
+class WorkerEvents(logging.Handler):
+    """Copies two moments of the worker's own log into the execution log: when it
+    handled a stop signal (``worker_stop``) and when it launched a job (``launch``), so the
+    harness can tell a job launched before the stop from one launched after it."""
+
+    def emit(self, log_record: logging.LogRecord) -> None:
+        if log_record.getMessage().startswith("stopping: no new claims"):
+            record(ev="worker_stop")
+        elif getattr(log_record, "event", None) == "job_started":
+            job = getattr(log_record, "job_id", None)
+            record(ev="launch", job=job, attempt=getattr(log_record, "attempt", None))
+
+
 async def main() -> None:
     logging.basicConfig(
         level=logging.INFO,
@@ -248,6 +261,11 @@ async def main() -> None:
         format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.INFO)  # the worker's DEBUG lines go to WorkerEvents only
+    worker_log = logging.getLogger("tether.worker")
+    worker_log.setLevel(logging.DEBUG)
+    worker_log.addHandler(WorkerEvents(logging.DEBUG))
     os.makedirs(os.path.dirname(_log_path()), exist_ok=True)
     app = build_app(_url())
     settings = {**BASE_CONFIG, **json.loads(os.environ.get("TETHER_FAULT_CONFIG", "{}"))}

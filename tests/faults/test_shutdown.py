@@ -104,11 +104,12 @@ async def sigterm_rounds(s: Scenario) -> None:
             assert after and after[0]["dst"] == "queued", (claim, after)
             assert "not started" in (after[0]["reason"] or ""), (claim, after)
         claimed_after += late
-        started_after += [
-            e
-            for e in read_exec_log(s.run_dir)
-            if e["ev"] == "start" and e["pid"] == pid and e["t"] > t_sig
-        ]
+        # The victim's own moments: when it handled the signal, and what it launched
+        # after that (nothing may be: a claim still out then is handed back unstarted).
+        victim_log = [e for e in read_exec_log(s.run_dir) if e["pid"] == pid]
+        stops = [e["t"] for e in victim_log if e["ev"] == "worker_stop"]
+        assert stops, f"{victim} never logged that it handled the stop signal"
+        started_after += [e for e in victim_log if e["ev"] == "launch" and e["t"] > stops[0]]
         for job in held_ids:
             evs = [e for e in events if e["job"] == job]
             outs = [e for e in evs if e["src"] == "running" and e["worker"] == wid]
