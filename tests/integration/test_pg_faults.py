@@ -1,6 +1,8 @@
 """PostgreSQL faults a worker and the API survive by themselves: a database that was
 read-only for a while, a partition between the API and the database, a slow but healthy
-statement. Each test uses a throwaway database of its own (``pg_url``)."""
+statement. Each test uses a throwaway database of its own; the read-only ones, which
+change a database setting and end sessions, use the private cluster of the test session,
+never the shared server."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 import tether
 from tests.faults.proxy import FaultProxy
 from tests.helpers import eventually, fast_config
+from tests.pgcluster import PrivateCluster
 from tether import App, AppConfig, JobState, StoreConfig, Worker
 from tether.errors import StoreError
 from tether.web import ApiSettings, create_app
@@ -66,8 +69,9 @@ async def _tries(round_: Callable[[], Awaitable[object]], attempts: int) -> bool
 
 
 async def test_worker_recovers_by_itself_once_a_read_only_database_is_writable(
-    pg_url: str, pg_admin_url: str
+    private_pg_url: str, private_pg: PrivateCluster
 ) -> None:
+    pg_url, pg_admin_url = private_pg_url, private_pg.admin_url
     app = App(pg_url, config=AppConfig(wait_poll_interval=0.05))
 
     @app.task
@@ -114,8 +118,9 @@ def captured(logger: str) -> Iterator[list[logging.LogRecord]]:
 
 
 async def test_listen_loop_backs_off_while_a_read_only_database_refuses_it(
-    pg_url: str, pg_admin_url: str
+    private_pg_url: str, private_pg: PrivateCluster
 ) -> None:
+    pg_url, pg_admin_url = private_pg_url, private_pg.admin_url
     app = App(pg_url, config=AppConfig(wait_poll_interval=0.05))
 
     @app.task
