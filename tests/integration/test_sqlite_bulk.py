@@ -12,6 +12,7 @@ import pytest
 
 from tests.conformance.support import new_job
 from tests.helpers import eventually
+from tether.errors import InvalidJobError, StoreError
 from tether.job import Beat, Job
 from tether.store import Store, create_store
 from tether.store.sqlite import BULK_CHUNK
@@ -104,3 +105,30 @@ async def test_the_rescue_deletes_the_jobs_of_a_bulk_whose_producer_died(
     left = await store.claim("w1", ["bulk"], ["t"], 10, 60)
     assert sorted(j.id for j in left) == [j.id for j in kept]
     assert [await store.get(j.id) for j in orphans] == [None] * len(orphans)
+
+
+async def _in_open_batch(store: Store, url: str, **fields: object) -> Job:
+    """A job as another producer's bulk enqueue leaves it while still writing."""
+    [job] = await store.enqueue([new_job(queue="bulk", **fields)])
+    with sqlite3.connect(_path(url)) as conn:
+        conn.execute("INSERT INTO tether_open_batches (id, touched_at) VALUES ('bulk-busy', 1e12)")
+        conn.execute("UPDATE tether_jobs SET batch = 'bulk-busy' WHERE id = ?", (job.id,))
+    return job
+
+
+async def test_a_key_held_by_a_bulk_still_being_written_gets_no_answer_yet(
+    sqlite_store: Store, sqlite_url: str
+) -> None:
+    # Answering with that job would hand out an id its bulk may yet delete.
+    await _in_open_batch(sqlite_store, sqlite_url, idempotency_key="K")
+    with pytest.raises(StoreError, match="still in progress"):
+        await sqlite_store.enqueue([new_job(idempotency_key="K")])
+
+
+async def test_a_job_of_a_bulk_still_being_written_is_no_dependency_yet(
+    sqlite_store: Store, sqlite_url: str
+) -> None:
+    # A dependent accepted now would stay blocked for ever if that bulk failed.
+    pending = await _in_open_batch(sqlite_store, sqlite_url)
+    with pytest.raises(InvalidJobError, match=str(pending.id)):
+        await sqlite_store.enqueue([new_job(depends_on=(pending.id,))])

@@ -84,6 +84,12 @@ LOCK_POLL = 0.001
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
 OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
+# A job of another bulk enqueue still in progress (the parameter: this enqueue's own
+# batch, or NULL): it may yet be deleted with its bulk.
+UNCOMMITTED = (
+    "(batch IS NOT NULL AND batch IS NOT ? "
+    "AND batch IN (SELECT id FROM tether_open_batches))"
+)
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
 RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
 
@@ -371,20 +377,30 @@ class SqliteStore:
             # of this request says (its dependencies are not checked again).
             if job.idempotency_key is not None:
                 row = conn.execute(
-                    "SELECT id FROM tether_jobs WHERE idempotency_key = ?",
-                    (job.idempotency_key,),
+                    f"SELECT id, {UNCOMMITTED} AS pending FROM tether_jobs "
+                    "WHERE idempotency_key = ?",
+                    (batch, job.idempotency_key),
                 ).fetchone()
+                if row is not None and row[1]:
+                    # Its job may yet be deleted with its bulk: no answer to give now.
+                    raise StoreError(
+                        f"idempotency key {job.idempotency_key!r} is being written by a bulk "
+                        "enqueue still in progress; try again"
+                    )
                 if row is not None:
                     ids.append(row[0])
                     continue
             deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
             state = "queued"
             if deps:
+                # A job of another bulk still being written is not there yet: depending
+                # on it would leave a dangling link if that bulk failed.
                 found = {
                     r[0]: r[1]
                     for r in conn.execute(
-                        f"SELECT id, state FROM tether_jobs WHERE id IN ({_marks(len(deps))})",
-                        deps,
+                        f"SELECT id, state FROM tether_jobs WHERE id IN ({_marks(len(deps))}) "
+                        f"AND NOT {UNCOMMITTED}",
+                        [*deps, batch],
                     )
                 }
                 check_dependencies(deps, found)
@@ -1736,6 +1752,11 @@ class CallerSqliteStore(SqliteStore):
 
     async def close(self) -> None:
         pass
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
+        # One savepoint in the caller's transaction, however many jobs: the caller holds
+        # the write lock throughout, so chunks would only make it longer.
+        return await self._write_async(functools.partial(self._insert_jobs, jobs, [], None))
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         conn = self._caller
