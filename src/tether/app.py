@@ -708,6 +708,7 @@ class App:
             raise InvalidJobError("max_running must be at least 1")
         await (await self.store()).define_limit(f"key:{key}", "key", max_running, block_on_hold)
 
+    @audited("rate_limit.set", lambda a: _rate_audit_target(a))
     async def rate_limit(
         self,
         *,
@@ -729,6 +730,7 @@ class App:
             raise InvalidJobError(f"burst must be at least 1, got {burst!r}")
         await (await self.store()).set_rate_limit(scope, name, per_second, burst)
 
+    @audited("rate_limit.remove", lambda a: _rate_audit_target(a))
     async def remove_rate_limit(
         self, *, queue: str | None = None, task: str | Task | None = None
     ) -> bool:
@@ -878,6 +880,7 @@ class App:
 
     # -- maintenance: retention and the leader --------------------------------------------
 
+    @audited("retention.prune", lambda a: "jobs (dry run)" if a["dry_run"] else "jobs")
     async def prune(
         self,
         *,
@@ -1016,10 +1019,12 @@ class App:
             )
         return [rows[n] for n in sorted(rows)]
 
+    @audited("schedule.pause", lambda a: f"schedule:{a['name']}")
     async def pause_schedule(self, name: str) -> None:
         """Stop enqueueing a schedule's ticks (ticks that pass meanwhile are skipped)."""
         await self._set_schedule_paused(name, True)
 
+    @audited("schedule.resume", lambda a: f"schedule:{a['name']}")
     async def resume_schedule(self, name: str) -> None:
         """Enqueue a paused schedule's ticks again, from its next tick on."""
         await self._set_schedule_paused(name, False)
@@ -1036,16 +1041,19 @@ class App:
         await store.sync_schedule(name, schedule.task, schedule.cron, schedule.timezone, now)
         await store.set_schedule_paused(name, paused)
 
+
+def _rate_audit_target(args: dict[str, Any]) -> str:
+    task = args.get("task")
+    if task is not None:
+        return f"task:{_name(task)}"
+    return f"queue:{args.get('queue')}"
+
+
 def _rate_target(queue: str | None, task: str | Task | None) -> tuple[str, str]:
     """``("queue", name)`` or ``("task", name)``: exactly one of the two must be given."""
     if (queue is None) == (task is None):
         raise InvalidJobError("a rate limit applies to a queue or to a task: give one of them")
     if queue is not None:
-        if not queue:
-            raise InvalidJobError("a rate limit needs a queue name")
-        return "queue", queue
+        return "queue", names.check("queue", queue)
     assert task is not None
-    name = task.name if isinstance(task, Task) else task
-    if not name:
-        raise InvalidJobError("a rate limit needs a task name")
-    return "task", name
+    return "task", names.check("task", task.name if isinstance(task, Task) else task)

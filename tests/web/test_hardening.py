@@ -322,6 +322,32 @@ async def test_every_python_api_mutation_is_audited_with_the_apps_actor(db_url: 
         await app.close()
 
 
+async def test_rate_limits_schedules_and_pruning_are_audited_and_checked(db_url: str) -> None:
+    app = App(db_url, actor="ops-bot")
+    add_tasks(app)
+    app.schedule("echo", cron="* * * * *", name="every-minute")
+    try:
+        await app.rate_limit(queue="mail", per_second=2)
+        await app.remove_rate_limit(queue="mail")
+        with pytest.raises(InvalidJobError, match="bad queue name"):
+            await app.rate_limit(queue="../jobs/38", per_second=1)
+        await app.pause_schedule("every-minute")
+        await app.resume_schedule("every-minute")
+        await app.prune(dry_run=True)
+        rows = list(reversed(await audit_rows(app)))
+        assert [(r.actor, r.action, r.target, r.result) for r in rows] == [
+            ("ops-bot", "rate_limit.set", "queue:mail", "ok"),
+            ("ops-bot", "rate_limit.remove", "queue:mail", "ok"),
+            ("ops-bot", "rate_limit.set", "queue:../jobs/38", "failed"),
+            ("ops-bot", "schedule.pause", "schedule:every-minute", "ok"),
+            ("ops-bot", "schedule.resume", "schedule:every-minute", "ok"),
+            ("ops-bot", "retention.prune", "jobs (dry run)", "ok"),
+        ]
+        assert await app.rate_limits() == []
+    finally:
+        await app.close()
+
+
 async def test_the_api_writes_one_audit_row_per_change(tapp: App, authed: Client) -> None:
     res = await authed.post("alice", "/api/jobs", json={"task": "echo"})
     rows = await audit_rows(tapp)

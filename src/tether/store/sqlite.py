@@ -87,8 +87,7 @@ OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
 # A job of another bulk enqueue still in progress (the parameter: this enqueue's own
 # batch, or NULL): it may yet be deleted with its bulk.
 UNCOMMITTED = (
-    "(batch IS NOT NULL AND batch IS NOT ? "
-    "AND batch IN (SELECT id FROM tether_open_batches))"
+    "(batch IS NOT NULL AND batch IS NOT ? AND batch IN (SELECT id FROM tether_open_batches))"
 )
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
 RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
