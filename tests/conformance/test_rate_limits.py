@@ -91,3 +91,13 @@ async def test_changing_or_removing_a_limit(store: Store) -> None:
     assert not await store.remove_rate_limit("queue", "a")
     assert len(await _claim(store)) == 2
     assert await store.list_rate_limits() == []
+
+
+async def test_a_rate_limit_keeps_the_claim_in_priority_order(store: Store) -> None:
+    # A limit on one queue must not let its low-priority jobs go ahead of others.
+    await store.set_rate_limit("queue", "a", SLOW, 100)
+    await _jobs(store, 2, queue="a", priority=0)
+    await _jobs(store, 2, queue="b", priority=100)
+    assert await _claim(store, queues=("a", "b"), limit=3) == ["b/t", "b/t", "a/t"]
+    [limit] = await store.list_rate_limits()
+    assert int(limit.tokens) == 99  # the limited queue's job spent one token
