@@ -292,6 +292,11 @@ class App:
         """The newest migration applied to the database (connecting first)."""
         return await (await self.store()).schema_version()
 
+    async def missing_migrations(self) -> builtins.list[int]:
+        """The migrations this code ships that the database lacks (gaps included)."""
+        applied = await (await self.store()).applied_migrations()
+        return sorted(shipped_versions(self.url) - applied)
+
     def expected_schema_version(self) -> int:
         """The newest migration this code ships for the App's database."""
         return max(shipped_versions(self.url))

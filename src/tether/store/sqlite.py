@@ -80,6 +80,8 @@ BULK_PAUSE = 0.01
 # How often a writer waiting for the lock tries again. SQLite's own busy handler backs
 # off to 100 ms sleeps and would keep missing the short pauses of a bulk enqueue.
 LOCK_POLL = 0.001
+# Never longer than BULK_PAUSE, or a waiter could sleep through every pause of a bulk.
+LOCK_POLL_MAX = 0.008
 # A bulk whose producer has committed nothing for this long is abandoned (its process
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
@@ -183,9 +185,10 @@ class SqliteStore:
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE``, waiting up to the busy timeout for the write lock, and
-        trying again every ``LOCK_POLL`` seconds."""
+        trying again after ``LOCK_POLL``, doubling up to ``LOCK_POLL_MAX`` seconds."""
         deadline = time.monotonic() + self._busy_timeout
         conn.execute("PRAGMA busy_timeout = 0")
+        pause = LOCK_POLL
         try:
             while True:
                 try:
@@ -195,7 +198,10 @@ class SqliteStore:
                     busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
                     if not busy or time.monotonic() >= deadline:
                         raise
-                time.sleep(LOCK_POLL)
+                time.sleep(pause)
+                # Fast at first (a bulk enqueue's pauses are short), then gentler, so
+                # many waiting processes do not spin on the lock.
+                pause = min(pause * 2, LOCK_POLL_MAX)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
 

@@ -35,6 +35,7 @@ async def health(request: Request) -> JSONResponse:
     # the database. Every store call has its own deadline (StoreConfig).
     try:
         version = await api.app.schema_version()
+        missing = await api.app.missing_migrations()
     except Exception as exc:
         log.warning("health: database unreachable: %s", exc)
         down = Health(
@@ -52,8 +53,9 @@ async def health(request: Request) -> JSONResponse:
     latency = (time.monotonic() - started) * 1000
     if latency > SLOW_MS:
         problems.append(f"the database answered slowly ({latency:.0f} ms)")
-    if version < expected:
-        problems.append(f"schema version {version} is behind {expected}: run `tether migrate`")
+    if missing:
+        gaps = ", ".join(str(v) for v in missing)
+        problems.append(f"the schema lacks migration(s) {gaps}: run `tether migrate`")
     active = None
     try:
         workers = await api.app.workers()
