@@ -633,16 +633,23 @@ class PostgresStore:
                 await self._pool.drain()
 
     async def _working(self, pid: int) -> bool:
-        """Whether the server says session ``pid`` is running a statement (or refuses
-        to say, busy); False when it does not answer within ``connect_timeout``."""
+        """Whether the server says session ``pid`` is running a statement or is inside
+        a transaction (or refuses to say, busy); False when it does not answer within
+        ``connect_timeout``."""
 
         async def ask() -> bool:
             conn = await psycopg.AsyncConnection.connect(
                 self._dsn, autocommit=True, **self._connect_kwargs
             )
             try:
+                # Idle in a transaction counts too: between two statements of one call
+                # the client may be busy building the next (a big bulk enqueue); a
+                # connection truly cut off is caught by this probe failing, or by
+                # tcp_user_timeout.
                 cur = await conn.execute(
-                    "SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s", (pid,)
+                    "SELECT state IN ('active', 'idle in transaction') FROM pg_stat_activity "
+                    "WHERE pid = %s",
+                    (pid,),
                 )
                 row = await cur.fetchone()
                 return bool(row and row[0])
