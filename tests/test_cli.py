@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner, Result
@@ -878,3 +879,27 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     (long_crawl,) = [j for j in jobs if j.args.get("url") == "https://example.org/archive"]
     assert long_crawl.state is JobState.CANCELLED
     assert any(j.state is JobState.SUCCEEDED and j.attempt > 1 for j in jobs)
+
+
+def test_a_task_rate_limit_takes_the_short_name_and_refuses_an_unknown_task(
+    runner: CliRunner, app_ref: str, sqlite_url: str
+) -> None:
+    assert tether(runner, "migrate", "-d", sqlite_url).exit_code == 0
+    res = tether(runner, "rate-limit", "set", "--task", "send", "--per-second", "1",
+                 "--app", app_ref)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().startswith("task mail.send:")
+    typo = tether(runner, "rate-limit", "set", "--task", "snd", "--per-second", "1",
+                  "--app", app_ref)  # fmt: skip
+    assert_one_line_error(typo, 2, "unknown task 'snd'")
+    listed = json.loads(tether(runner, "rate-limit", "list", "--app", app_ref, "--json").stdout)
+    assert [r["name"] for r in listed] == ["mail.send"]
+
+
+def test_a_command_on_a_postgresql_database_without_tether_tables_creates_none(
+    runner: CliRunner, pg_url: str
+) -> None:
+    res = tether(runner, "stats", "-d", pg_url)
+    assert_one_line_error(res, 1, "run `tether migrate`")
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('tether_jobs')").fetchone() == (None,)

@@ -725,8 +725,12 @@ class App:
         """Limit how fast jobs of a queue, or of a task, start: at most ``per_second`` a
         second on average across every worker, and at most ``burst`` at once (default:
         ``max(1, per_second)`` rounded up). Stored in the database; a new or changed
-        limit starts with a full bucket."""
+        limit starts with a full bucket. A task this App knows nothing of is refused
+        when it has tasks registered (a typo would otherwise limit nothing)."""
         scope, name = _rate_target(queue, task)
+        if scope == "task" and self.tasks and name not in self.tasks:
+            known = ", ".join(sorted(self.tasks))
+            raise UnknownTaskError(f"unknown task {name!r} (registered: {known})")
         if not per_second > 0:
             raise InvalidJobError(f"per_second must be positive, got {per_second!r}")
         if burst is None:

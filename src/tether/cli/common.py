@@ -218,6 +218,10 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
             app.url = database
     else:
         app = App(database)
+    if not create and (database or not app_ref):
+        # Nor does it create tether's tables in a PostgreSQL database that has none (a
+        # typo naming another application's database): `tether migrate` does that.
+        app.config = dataclasses.replace(app.config, auto_migrate=False)
     # Every change a command makes is audited in the name of the local user.
     app.actor = cli_actor()
     _opened.append(app.url)
@@ -271,3 +275,18 @@ def run(app: App, coro: Coroutine[Any, Any, T]) -> T:
 def now_utc() -> datetime:
     """The local clock as an aware UTC time, for display ages only."""
     return datetime.now(UTC)
+
+
+def resolve_task(app: App, name: str) -> str:
+    """The registered name for ``name``: exact, else the one task ending in ``.name``.
+
+    Tasks are registered as ``module.function`` by default, which is long to type.
+    """
+    if name in app.tasks:
+        return name
+    matches = [t for t in app.tasks if t.endswith("." + name)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise InvalidJobError(f"task {name!r} is ambiguous: {', '.join(sorted(matches))}")
+    return name  # App.enqueue reports it as unknown, listing the registered tasks

@@ -13,7 +13,6 @@ import typer
 from rich.text import Text
 
 from tether import display
-from tether.app import App
 from tether.cancellation import CancellationRecord
 from tether.cli.cancel import RECORD_STYLES
 from tether.cli.common import (
@@ -28,10 +27,10 @@ from tether.cli.common import (
     friendly,
     now_utc,
     open_app,
+    resolve_task,
     run,
 )
 from tether.cli.output import Cell, Column, Row, details, listing, out, print_json, table, watching
-from tether.errors import InvalidJobError
 from tether.job import JSON, Job, JobEvent
 from tether.states import JobState
 from tether.task import EnqueueOptions
@@ -88,7 +87,7 @@ def enqueue(
     if not app_ref:
         fail("enqueue needs the app's tasks: pass --app MODULE:ATTR or set TETHER_APP", EXIT_USAGE)
     app = open_app(database, app_ref)
-    name = _resolve_task(app, task)
+    name = resolve_task(app, task)
     opts = EnqueueOptions(
         queue=queue,
         priority=priority,
@@ -125,21 +124,6 @@ def _read_args(value: str) -> str:
         except OSError as exc:
             fail(f"cannot read --args file {value[1:]!r}: {exc.strerror}", EXIT_USAGE)
     return value
-
-
-def _resolve_task(app: App, name: str) -> str:
-    """The registered name for ``name``: exact, else the one task ending in ``.name``.
-
-    Tasks are registered as ``module.function`` by default, which is long to type.
-    """
-    if name in app.tasks:
-        return name
-    matches = [t for t in app.tasks if t.endswith("." + name)]
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise InvalidJobError(f"task {name!r} is ambiguous: {', '.join(sorted(matches))}")
-    return name  # App.enqueue reports it as unknown, listing the registered tasks
 
 
 @friendly

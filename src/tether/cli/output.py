@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ LIVE_REFRESH = 0.5
 
 # Consoles look up sys.stdout/sys.stderr at write time, so test runners that swap them
 # still capture the output.
-out = Console(highlight=False)
+# Piped output is not cut to 80 columns (a pid or a task name must survive `| grep`).
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True, highlight=False)
 
 Cell = str | Text

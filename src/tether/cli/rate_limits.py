@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from tether.cli.common import AppOpt, DatabaseOpt, JsonOpt, fail, friendly, open_app, run
+from tether.cli.common import (
+    AppOpt,
+    DatabaseOpt,
+    JsonOpt,
+    fail,
+    friendly,
+    open_app,
+    resolve_task,
+    run,
+)
 from tether.cli.output import Column, listing, out
 
 QueueTarget = Annotated[
@@ -42,6 +51,8 @@ def rate_limit_set(
 ) -> None:
     """Limit how fast jobs of a queue (--queue) or a task (--task) start."""
     app = open_app(database, app_ref)
+    if task is not None:
+        task = resolve_task(app, task)
     run(app, app.rate_limit(queue=queue, task=task, per_second=per_second, burst=burst))
     target = f"queue {queue}" if queue is not None else f"task {task}"
     shown = burst if burst is not None else "default"

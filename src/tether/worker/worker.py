@@ -541,6 +541,9 @@ class Worker:
             reason = outcome.reason
             if outcome.state in (JobState.CANCELLED, JobState.PAUSED) and run.reason:
                 reason = run.reason
+            elif outcome.error and outcome.state in (JobState.FAILED, JobState.RETRYING):
+                # The error's last line (its message, after any traceback) says why.
+                reason = outcome.error.strip().splitlines()[-1][:300]
             log.log(
                 logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
                 "job %s (%s) attempt %d: %s after %.3fs%s",
