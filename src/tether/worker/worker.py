@@ -58,6 +58,8 @@ class Worker:
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self.task_names = sorted(app.tasks)
+        #: Handlers at once (``config.concurrency``, or its default for these tasks).
+        self.concurrency = config.slots(t.executor for t in app.tasks.values())
         self.running: dict[int, Run] = {}
         self.stopping = False
         self._store: Store | None = None
@@ -106,7 +108,7 @@ class Worker:
             self.pid,
             start_time(self.pid),
             self.config.queues,
-            self.config.concurrency,
+            self.concurrency,
             tasks=self.task_names,
         )
         self.claimer = Claimer(self)
@@ -164,7 +166,7 @@ class Worker:
             "worker %s started: queues=%s concurrency=%d tasks=%s",
             self.id,
             ",".join(self.config.queues),
-            self.config.concurrency,
+            self.concurrency,
             ",".join(self.task_names),
         )
         if services:
@@ -376,7 +378,7 @@ class Worker:
         hold no slot, but at most ``concurrency`` of them are held besides: a database
         slow to take outcomes slows claiming too.
         """
-        concurrency = self.config.concurrency
+        concurrency = self.concurrency
         return min(concurrency - self.executing, 2 * concurrency - len(self.running))
 
     def launch(self, job: Job, *, leased_at: float | None = None) -> None:
