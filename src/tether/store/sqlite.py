@@ -92,6 +92,14 @@ def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+def _tuples(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor of ``conn`` whose rows are plain tuples, for the hot paths (a row
+    looked up by column name costs a scan of the names)."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    return cur
+
+
 class SqliteStore:
     """A :class:`~tether.store.base.Store` on one SQLite file."""
 
@@ -213,8 +221,8 @@ class SqliteStore:
         for i in range(0, len(ids), CHUNK):
             part = ids[i : i + CHUNK]
             sql = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN ({_marks(len(part))})"
-            for row in conn.execute(sql, part):
-                job = self._rows.job(row)
+            for row in _tuples(conn).execute(sql, part):
+                job = self._rows.job_from_tuple(row)
                 found[job.id] = job
         return found
 
@@ -896,7 +904,8 @@ class SqliteStore:
         def take(conn: sqlite3.Connection) -> list[Job]:
             # The write lock serializes claimers, so the limits can be checked in Python:
             # walk the candidates in order and keep those whose limits still have room.
-            rows = conn.execute(
+            tuples = _tuples(conn)
+            rows = tuples.execute(
                 f"SELECT id, limits, queue, task {pick} "
                 "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
                 "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
@@ -914,7 +923,7 @@ class SqliteStore:
                 for r in conn.execute(f"SELECT id, {RATE_TOKENS} FROM tether_rate_limits")
             }
             spent: dict[str, int] = {}
-            wanted = {n for r in rows if r["limits"] for n in json.loads(r["limits"])}
+            wanted = {n for r in rows if r[1] for n in json.loads(r[1])}
             room: dict[str, int] = {}
             if wanted:
                 for lim in conn.execute(
@@ -927,8 +936,10 @@ class SqliteStore:
             for r in rows:
                 if len(chosen) >= limit:
                     break
-                needs = json.loads(r["limits"]) if r["limits"] else []
-                rated = [b for b in (f"queue:{r['queue']}", f"task:{r['task']}") if b in tokens]
+                needs = json.loads(r[1]) if r[1] else []
+                rated = (
+                    [b for b in (f"queue:{r[2]}", f"task:{r[3]}") if b in tokens] if tokens else []
+                )
                 if all(room.get(n, 0) > 0 for n in needs) and all(
                     tokens[b] - spent.get(b, 0) >= 1 for b in rated
                 ):
@@ -936,7 +947,7 @@ class SqliteStore:
                         room[n] -= 1
                     for b in rated:
                         spent[b] = spent.get(b, 0) + 1
-                    chosen.append(r["id"])
+                    chosen.append(r[0])
             if not chosen:
                 return []
             conn.executemany(
@@ -944,15 +955,19 @@ class SqliteStore:
                 "WHERE id = ?",
                 [(tokens[b], n, b) for b, n in spent.items()],
             )
-            updated = conn.execute(
-                "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
-                f"worker_id = ?, lease_token = lease_token + 1, "
-                f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
-                "result = NULL, stopped_by = NULL, actor = 'worker', reason = NULL "
-                f"WHERE id IN ({_marks(len(chosen))}) RETURNING {JOB_COLUMNS}",
-                [worker_id, lease_duration, *chosen],
-            ).fetchall()
-            jobs = [self._rows.job(r) for r in updated]
+            updated = (
+                _tuples(conn)
+                .execute(
+                    "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
+                    f"worker_id = ?, lease_token = lease_token + 1, "
+                    f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
+                    "result = NULL, stopped_by = NULL, actor = 'worker', reason = NULL "
+                    f"WHERE id IN ({_marks(len(chosen))}) RETURNING {JOB_COLUMNS}",
+                    [worker_id, lease_duration, *chosen],
+                )
+                .fetchall()
+            )
+            jobs = [self._rows.job_from_tuple(r) for r in updated]
             jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             return jobs
 
