@@ -414,20 +414,21 @@ class Worker:
         self.executing += 1
         self._idle.clear()
         metrics.job_started(job)
-        log.debug(
-            "job %s (%s) attempt %d started",
-            job.id,
-            job.task,
-            job.attempt,
-            extra=job_fields(
-                "job_started",
-                job_id=job.id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                worker_id=self.id,
-            ),
-        )
+        if log.isEnabledFor(logging.DEBUG):  # its fields cost more than the job when off
+            log.debug(
+                "job %s (%s) attempt %d started",
+                job.id,
+                job.task,
+                job.attempt,
+                extra=job_fields(
+                    "job_started",
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    worker_id=self.id,
+                ),
+            )
         try:
             if unfit is not None:
                 raise unfit_arguments(unfit)
@@ -524,8 +525,7 @@ class Worker:
                     progress_total=total,
                 )
             run.finishing = True
-            recorded = self.completer.submit(outcome)
-            recorded.add_done_callback(functools.partial(self._recorded, run, outcome))
+            self.completer.submit(outcome, functools.partial(self._recorded, run, outcome))
         except Exception:
             log.exception("job %s: internal error in the worker", job.id)
             self._forget(run)
@@ -533,18 +533,19 @@ class Worker:
             if not self.stopping:
                 self.claimer.wake()
 
-    def _recorded(self, run: Run, outcome: Outcome, fut: asyncio.Future[bool]) -> None:
+    def _recorded(self, run: Run, outcome: Outcome, accepted: bool) -> None:
         job = run.job
         self._forget(run)
-        if fut.cancelled():
-            return
-        if fut.result():
+        if accepted:
+            level = logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO
+            if not log.isEnabledFor(level):
+                return
             duration = asyncio.get_running_loop().time() - run.began
             reason = outcome.reason
             if outcome.state in (JobState.CANCELLED, JobState.PAUSED) and run.reason:
                 reason = run.reason
             log.log(
-                logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
+                level,
                 "job %s (%s) attempt %d: %s after %.3fs%s",
                 job.id,
                 job.task,
