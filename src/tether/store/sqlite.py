@@ -1026,57 +1026,63 @@ class SqliteStore:
         return await self._write_async(run)
 
     async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        state = effective_state("?1", "COALESCE(?9, usage)")
+        # One statement for the whole batch: the outcomes come as one JSON array.
+        state = effective_state("v.st", "COALESCE(v.us, usage)")
         sql = (
             f"UPDATE tether_jobs SET state = {state}, "
-            "result = ?2, "
-            "error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
+            "result = v.res, "
+            "error = CASE WHEN v.st = 'succeeded' THEN NULL ELSE COALESCE(v.err, error) END, "
             # A release or a pause does not spend the attempt.
-            "attempt = CASE WHEN ?1 IN ('queued', 'paused', 'blocked') THEN attempt - 1 "
+            "attempt = CASE WHEN v.st IN ('queued', 'paused', 'blocked') THEN attempt - 1 "
             "ELSE attempt END, "
-            f"phase = CASE WHEN {state} = 'blocked' THEN ?11 ELSE phase END, "
+            f"phase = CASE WHEN {state} = 'blocked' THEN v.ph ELSE phase END, "
             f"waiting_children = {state} = 'blocked', "
-            f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 "
-            "WHEN ?1 = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
+            f"run_at = CASE WHEN v.st = 'retrying' THEN {NOW} + v.dl "
+            "WHEN v.st = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
             "ELSE run_at END, "
             f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
-            "lease_expires_at = NULL, actor = ?5, usage = COALESCE(?9, usage), "
-            "progress_current = COALESCE(?12, progress_current), "
-            "progress_total = COALESCE(?13, progress_total), "
-            "stopped_by = ?10, "
+            "lease_expires_at = NULL, actor = ?, usage = COALESCE(v.us, usage), "
+            "progress_current = COALESCE(v.cur, progress_current), "
+            "progress_total = COALESCE(v.tot, progress_total), "
+            "stopped_by = v.sb, "
             f"pause_requested_at = CASE WHEN {state} IN ('paused', 'blocked') "
             "THEN pause_requested_at END, "
-            f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) "
+            f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, v.rs) "
             "ELSE pause_reason END, "
             f"reason = CASE WHEN {state} = 'cancelled' "
-            "THEN COALESCE(cancel_reason, ?6, 'cancel requested') "
-            f"WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) ELSE ?6 END "
-            "WHERE id = ?7 AND lease_token = ?8 AND state = 'running' RETURNING id"
+            "THEN COALESCE(cancel_reason, v.rs, 'cancel requested') "
+            f"WHEN {state} = 'paused' THEN COALESCE(pause_reason, v.rs) ELSE v.rs END "
+            "FROM (SELECT value ->> 0 AS id, value ->> 1 AS tok, value ->> 2 AS st, "
+            "value ->> 3 AS res, value ->> 4 AS err, value ->> 5 AS dl, value ->> 6 AS rs, "
+            "value ->> 7 AS us, value ->> 8 AS sb, value ->> 9 AS ph, value ->> 10 AS cur, "
+            "value ->> 11 AS tot FROM json_each(?)) AS v "
+            # The unary + keeps the planner off the state index: each outcome is one
+            # primary-key lookup, however many jobs run.
+            "WHERE tether_jobs.id = v.id AND tether_jobs.lease_token = v.tok "
+            "AND +tether_jobs.state = 'running' RETURNING tether_jobs.id"
+        )
+        rows = json.dumps(
+            [
+                (
+                    o.job_id,
+                    o.lease_token,
+                    o.state.value,
+                    o.result_json,
+                    o.error,
+                    o.delay,
+                    o.reason,
+                    o.usage,
+                    o.stopped_by,
+                    o.phase,
+                    o.progress_current,
+                    o.progress_total,
+                )
+                for o in outcomes
+            ]
         )
 
         def run(conn: sqlite3.Connection) -> set[int]:
-            accepted = set()
-            for o in outcomes:
-                row = conn.execute(
-                    sql,
-                    (
-                        o.state.value,
-                        o.result_json,
-                        o.error,
-                        o.delay,
-                        worker_id,
-                        o.reason,
-                        o.job_id,
-                        o.lease_token,
-                        o.usage,
-                        o.stopped_by,
-                        o.phase,
-                        o.progress_current,
-                        o.progress_total,
-                    ),
-                ).fetchone()
-                if row is not None:
-                    accepted.add(row[0])
+            accepted = {r[0] for r in conn.execute(sql, (worker_id, rows))}
             self._propagate(conn, sorted(accepted))
             return accepted
 
