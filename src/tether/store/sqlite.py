@@ -894,14 +894,14 @@ class SqliteStore:
         )
         pick_params = [*queues, *tasks]
 
-        def run() -> list[Job]:
+        def run() -> list[Any]:
             conn = self._db()
             # Look before taking the write lock: an idle poll must not serialize writers.
             if conn.execute(f"SELECT 1 {pick} LIMIT 1", pick_params).fetchone() is None:
                 return []
             return self._write(take)
 
-        def take(conn: sqlite3.Connection) -> list[Job]:
+        def take(conn: sqlite3.Connection) -> list[Any]:
             # The write lock serializes claimers, so the limits can be checked in Python:
             # walk the candidates in order and keep those whose limits still have room.
             tuples = _tuples(conn)
@@ -967,11 +967,13 @@ class SqliteStore:
                 )
                 .fetchall()
             )
-            jobs = [self._rows.job_from_tuple(r) for r in updated]
-            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-            return jobs
+            return updated
 
-        return await self._call(run)
+        # Rows become jobs on the event loop's thread, not the store's: the store thread
+        # is what a drain waits on, and the loop has time to spare meanwhile.
+        jobs = [self._rows.job_from_tuple(r) for r in await self._call(run)]
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return jobs
 
     async def heartbeat(
         self, worker_id: str, beats: Sequence[Beat], lease_duration: float
