@@ -429,7 +429,9 @@ NO_PRUNING = AppConfig(
 
 
 def _cfg(config: WorkerConfig) -> str:
-    return f"concurrency={config.concurrency}, claim_batch={config.claim_batch}"
+    # Unset, concurrency depends on the tasks: the bench's no-op task is async.
+    slots = config.slots(["async"])
+    return f"concurrency={slots}, claim_batch={config.claim_batch}"
 
 
 def _tether_pg(admin_dsn: str, config: WorkerConfig) -> Runner:
@@ -768,7 +770,12 @@ async def scaling_drain(
         await app.pause_queue(DEFAULT_QUEUE)
         for size in _chunks(n, ENQUEUE_CHUNK):
             await app.enqueue_many([(workerapp.NOOP, {})] * size)
-        extra = ("--concurrency", str(config.concurrency), "--claim-batch", str(config.claim_batch))
+        extra = (
+            "--concurrency",
+            str(config.slots(["async"])),
+            "--claim-batch",
+            str(config.claim_batch),
+        )
         async with contextlib.AsyncExitStack() as stack:
             procs = []
             for i in range(processes):
@@ -1982,7 +1989,7 @@ METHOD = f"""
   the order rotating by one each round. Ratios are ratios of medians; the per-round ratios
   pair runs that were close in time.
 - **Pairings**: only equal settings are compared against a target. *Defaults*: tether's
-  `WorkerConfig()` (concurrency={DEFAULT_CONFIG.concurrency},
+  `WorkerConfig()` (concurrency={DEFAULT_CONFIG.slots(["async"])} for async tasks,
   claim_batch={DEFAULT_CONFIG.claim_batch}) against PgQueuer's `QueueManager.run()` defaults
   (`batch_size={peers.PGQ_BATCH_SIZE}`, no `max_concurrent_tasks` cap). *Tuned*: each
   system's best setting from `--sweep` (tether concurrency {{50, 100, 200}} x claim_batch

@@ -10,6 +10,7 @@ than that (see ``WorkerConfig``).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tether.errors import ConfigError
@@ -20,6 +21,10 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ARTIFACT_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_POOL_SIZE = 10
+#: A worker's default slots when every task is async, and when some run in threads or
+#: processes (see ``WorkerConfig.slots``).
+ASYNC_CONCURRENCY = 100
+THREAD_CONCURRENCY = 10
 
 
 def _positive(name: str, value: float) -> None:
@@ -126,7 +131,9 @@ class WorkerConfig:
     be about to take them.
     """
 
-    concurrency: int = 10
+    # Handlers at once. None: ASYNC_CONCURRENCY when every task of the app is async,
+    # else THREAD_CONCURRENCY (see ``slots``).
+    concurrency: int | None = None
     queues: tuple[str, ...] = (DEFAULT_QUEUE,)
     claim_batch: int = 50
     poll_interval: float = 1.0
@@ -167,6 +174,21 @@ class WorkerConfig:
     ramp_warm_interval: float = 1.0
     name: str | None = None
 
+    def slots(self, executors: Iterable[str]) -> int:
+        """The worker's slots for tasks run by ``executors``: ``concurrency`` if set.
+
+        Unset, an app whose tasks are all async gets ``ASYNC_CONCURRENCY``: an async slot
+        costs one coroutine, and its handler mostly awaits I/O, so more slots overlap
+        more waits (and a drain of short jobs is paced by the database, not the slots).
+        A thread or process slot costs an OS thread (the pool has one per slot) or a
+        process, so an app with such tasks gets ``THREAD_CONCURRENCY``.
+        """
+        if self.concurrency is not None:
+            return self.concurrency
+        if all(e == "async" for e in executors):
+            return ASYNC_CONCURRENCY
+        return THREAD_CONCURRENCY
+
     @property
     def session_dead_after(self) -> float:
         """How stale a heartbeat must be before a worker without a database session is
@@ -176,7 +198,7 @@ class WorkerConfig:
         return max(self.dead_session_grace, self.lease_duration - self.self_fence_margin)
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
+        if self.concurrency is not None and self.concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
         if self.claim_batch < 1:
             raise ConfigError("claim_batch must be at least 1")

@@ -15,6 +15,8 @@ def encode(value: Any) -> str:
     """``value`` as compact JSON; raises ``ValueError`` if it is not JSON (NaN and
     infinities included), nests deeper than :data:`MAX_DEPTH`, or holds a NUL character,
     which PostgreSQL cannot store."""
+    if value is None:  # most handlers return nothing
+        return "null"
     if depth_over(value):
         raise ValueError(f"it nests deeper than {MAX_DEPTH} levels of lists and objects")
     try:

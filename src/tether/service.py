@@ -70,8 +70,13 @@ class Service:
                 self._failed(exc)
             else:
                 self._recovered()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.delay())
+            if self._wake.is_set():
+                # Woken during the round: go again after one turn of the loop, without
+                # the timer and task a wait would cost.
+                await asyncio.sleep(0)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.delay())
             self._wake.clear()
 
     def _failed(self, exc: Exception) -> None:

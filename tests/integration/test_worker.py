@@ -522,3 +522,23 @@ async def _idle(worker: Worker) -> bool:
 
 async def _progress_set(worker: Worker) -> bool:
     return any(r.ctx.progress == (3, 10) for r in worker.running.values())
+
+
+async def test_default_concurrency_is_higher_when_every_task_is_async(app: App) -> None:
+    @app.task
+    async def fetch(ctx: tether.JobContext) -> None:
+        pass
+
+    async_only = Worker(app, fast_config(concurrency=None))
+    assert async_only.concurrency == tether.config.ASYNC_CONCURRENCY
+    assert async_only.threads.size == async_only.concurrency + 4
+
+    @app.task
+    def crunch(ctx: tether.SyncJobContext) -> None:
+        pass
+
+    # A thread slot costs an OS thread: an app with thread tasks keeps the lower default.
+    mixed = Worker(app, fast_config(concurrency=None))
+    assert mixed.concurrency == tether.config.THREAD_CONCURRENCY
+    assert mixed.threads.size == mixed.concurrency + 4
+    assert Worker(app, fast_config(concurrency=7)).concurrency == 7

@@ -30,7 +30,7 @@ from tether.cli.common import (
 )
 from tether.cli.maintenance import retention_from
 from tether.cli.output import Cell, Column, listing, out
-from tether.config import WorkerConfig
+from tether.config import ASYNC_CONCURRENCY, THREAD_CONCURRENCY, WorkerConfig
 from tether.job import WorkerInfo
 from tether.logs import JsonFormatter
 from tether.ops import LeaderInfo
@@ -52,7 +52,15 @@ def worker(
     ],
     database: DatabaseOpt = None,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, help="Jobs run at the same time.")
+        int | None,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            min=1,
+            help=f"Jobs run at the same time. Default: {ASYNC_CONCURRENCY} when every task "
+            f"is async, else {THREAD_CONCURRENCY}.",
+            show_default=False,
+        ),
     ] = WorkerConfig.concurrency,
     queue: Annotated[
         list[str] | None,

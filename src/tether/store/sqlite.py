@@ -99,6 +99,14 @@ def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+def _tuples(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor of ``conn`` whose rows are plain tuples, for the hot paths (a row
+    looked up by column name costs a scan of the names)."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    return cur
+
+
 class SqliteStore:
     """A :class:`~tether.store.base.Store` on one SQLite file."""
 
@@ -224,8 +232,8 @@ class SqliteStore:
         for i in range(0, len(ids), CHUNK):
             part = ids[i : i + CHUNK]
             sql = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN ({_marks(len(part))})"
-            for row in conn.execute(sql, part):
-                job = self._rows.job(row)
+            for row in _tuples(conn).execute(sql, part):
+                job = self._rows.job_from_tuple(row)
                 found[job.id] = job
         return found
 
@@ -907,17 +915,18 @@ class SqliteStore:
         )
         pick_params = [*queues, *tasks]
 
-        def run() -> list[Job]:
+        def run() -> list[Any]:
             conn = self._db()
             # Look before taking the write lock: an idle poll must not serialize writers.
             if conn.execute(f"SELECT 1 {pick} LIMIT 1", pick_params).fetchone() is None:
                 return []
             return self._write(take)
 
-        def take(conn: sqlite3.Connection) -> list[Job]:
+        def take(conn: sqlite3.Connection) -> list[Any]:
             # The write lock serializes claimers, so the limits can be checked in Python:
             # walk the candidates in order and keep those whose limits still have room.
-            rows = conn.execute(
+            tuples = _tuples(conn)
+            rows = tuples.execute(
                 f"SELECT id, limits, queue, task {pick} "
                 "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
                 "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
@@ -935,7 +944,7 @@ class SqliteStore:
                 for r in conn.execute(f"SELECT id, {RATE_TOKENS} FROM tether_rate_limits")
             }
             spent: dict[str, int] = {}
-            wanted = {n for r in rows if r["limits"] for n in json.loads(r["limits"])}
+            wanted = {n for r in rows if r[1] for n in json.loads(r[1])}
             room: dict[str, int] = {}
             if wanted:
                 for lim in conn.execute(
@@ -948,8 +957,10 @@ class SqliteStore:
             for r in rows:
                 if len(chosen) >= limit:
                     break
-                needs = json.loads(r["limits"]) if r["limits"] else []
-                rated = [b for b in (f"queue:{r['queue']}", f"task:{r['task']}") if b in tokens]
+                needs = json.loads(r[1]) if r[1] else []
+                rated = (
+                    [b for b in (f"queue:{r[2]}", f"task:{r[3]}") if b in tokens] if tokens else []
+                )
                 if all(room.get(n, 0) > 0 for n in needs) and all(
                     tokens[b] - spent.get(b, 0) >= 1 for b in rated
                 ):
@@ -957,7 +968,7 @@ class SqliteStore:
                         room[n] -= 1
                     for b in rated:
                         spent[b] = spent.get(b, 0) + 1
-                    chosen.append(r["id"])
+                    chosen.append(r[0])
             if not chosen:
                 return []
             conn.executemany(
@@ -965,19 +976,25 @@ class SqliteStore:
                 "WHERE id = ?",
                 [(tokens[b], n, b) for b, n in spent.items()],
             )
-            updated = conn.execute(
-                "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
-                f"worker_id = ?, lease_token = lease_token + 1, "
-                f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
-                "result = NULL, stopped_by = NULL, actor = 'worker', reason = NULL "
-                f"WHERE id IN ({_marks(len(chosen))}) RETURNING {JOB_COLUMNS}",
-                [worker_id, lease_duration, *chosen],
-            ).fetchall()
-            jobs = [self._rows.job(r) for r in updated]
-            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-            return jobs
+            updated = (
+                _tuples(conn)
+                .execute(
+                    "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
+                    f"worker_id = ?, lease_token = lease_token + 1, "
+                    f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
+                    "result = NULL, stopped_by = NULL, actor = 'worker', reason = NULL "
+                    f"WHERE id IN ({_marks(len(chosen))}) RETURNING {JOB_COLUMNS}",
+                    [worker_id, lease_duration, *chosen],
+                )
+                .fetchall()
+            )
+            return updated
 
-        return await self._call(run)
+        # Rows become jobs on the event loop's thread, not the store's: the store thread
+        # is what a drain waits on, and the loop has time to spare meanwhile.
+        jobs = [self._rows.job_from_tuple(r) for r in await self._call(run)]
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return jobs
 
     async def heartbeat(
         self, worker_id: str, beats: Sequence[Beat], lease_duration: float
@@ -1032,57 +1049,63 @@ class SqliteStore:
         return await self._write_async(run)
 
     async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        state = effective_state("?1", "COALESCE(?9, usage)")
+        # One statement for the whole batch: the outcomes come as one JSON array.
+        state = effective_state("v.st", "COALESCE(v.us, usage)")
         sql = (
             f"UPDATE tether_jobs SET state = {state}, "
-            "result = ?2, "
-            "error = CASE WHEN ?1 = 'succeeded' THEN NULL ELSE COALESCE(?3, error) END, "
+            "result = v.res, "
+            "error = CASE WHEN v.st = 'succeeded' THEN NULL ELSE COALESCE(v.err, error) END, "
             # A release or a pause does not spend the attempt.
-            "attempt = CASE WHEN ?1 IN ('queued', 'paused', 'blocked') THEN attempt - 1 "
+            "attempt = CASE WHEN v.st IN ('queued', 'paused', 'blocked') THEN attempt - 1 "
             "ELSE attempt END, "
-            f"phase = CASE WHEN {state} = 'blocked' THEN ?11 ELSE phase END, "
+            f"phase = CASE WHEN {state} = 'blocked' THEN v.ph ELSE phase END, "
             f"waiting_children = {state} = 'blocked', "
-            f"run_at = CASE WHEN ?1 = 'retrying' THEN {NOW} + ?4 "
-            "WHEN ?1 = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
+            f"run_at = CASE WHEN v.st = 'retrying' THEN {NOW} + v.dl "
+            "WHEN v.st = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
             "ELSE run_at END, "
             f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
-            "lease_expires_at = NULL, actor = ?5, usage = COALESCE(?9, usage), "
-            "progress_current = COALESCE(?12, progress_current), "
-            "progress_total = COALESCE(?13, progress_total), "
-            "stopped_by = ?10, "
+            "lease_expires_at = NULL, actor = ?, usage = COALESCE(v.us, usage), "
+            "progress_current = COALESCE(v.cur, progress_current), "
+            "progress_total = COALESCE(v.tot, progress_total), "
+            "stopped_by = v.sb, "
             f"pause_requested_at = CASE WHEN {state} IN ('paused', 'blocked') "
             "THEN pause_requested_at END, "
-            f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) "
+            f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, v.rs) "
             "ELSE pause_reason END, "
             f"reason = CASE WHEN {state} = 'cancelled' "
-            "THEN COALESCE(cancel_reason, ?6, 'cancel requested') "
-            f"WHEN {state} = 'paused' THEN COALESCE(pause_reason, ?6) ELSE ?6 END "
-            "WHERE id = ?7 AND lease_token = ?8 AND state = 'running' RETURNING id"
+            "THEN COALESCE(cancel_reason, v.rs, 'cancel requested') "
+            f"WHEN {state} = 'paused' THEN COALESCE(pause_reason, v.rs) ELSE v.rs END "
+            "FROM (SELECT value ->> 0 AS id, value ->> 1 AS tok, value ->> 2 AS st, "
+            "value ->> 3 AS res, value ->> 4 AS err, value ->> 5 AS dl, value ->> 6 AS rs, "
+            "value ->> 7 AS us, value ->> 8 AS sb, value ->> 9 AS ph, value ->> 10 AS cur, "
+            "value ->> 11 AS tot FROM json_each(?)) AS v "
+            # The unary + keeps the planner off the state index: each outcome is one
+            # primary-key lookup, however many jobs run.
+            "WHERE tether_jobs.id = v.id AND tether_jobs.lease_token = v.tok "
+            "AND +tether_jobs.state = 'running' RETURNING tether_jobs.id"
+        )
+        rows = json.dumps(
+            [
+                (
+                    o.job_id,
+                    o.lease_token,
+                    o.state.value,
+                    o.result_json,
+                    o.error,
+                    o.delay,
+                    o.reason,
+                    o.usage,
+                    o.stopped_by,
+                    o.phase,
+                    o.progress_current,
+                    o.progress_total,
+                )
+                for o in outcomes
+            ]
         )
 
         def run(conn: sqlite3.Connection) -> set[int]:
-            accepted = set()
-            for o in outcomes:
-                row = conn.execute(
-                    sql,
-                    (
-                        o.state.value,
-                        o.result_json,
-                        o.error,
-                        o.delay,
-                        worker_id,
-                        o.reason,
-                        o.job_id,
-                        o.lease_token,
-                        o.usage,
-                        o.stopped_by,
-                        o.phase,
-                        o.progress_current,
-                        o.progress_total,
-                    ),
-                ).fetchone()
-                if row is not None:
-                    accepted.add(row[0])
+            accepted = {r[0] for r in conn.execute(sql, (worker_id, rows))}
             self._propagate(conn, sorted(accepted))
             return accepted
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from tether.job import Outcome
 from tether.service import Service
@@ -11,6 +12,8 @@ from tether.store import Store
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
+#: Told whether the store accepted an outcome (its lease still held).
+Recorded = Callable[[bool], None]
 
 
 class Completer(Service):
@@ -22,17 +25,16 @@ class Completer(Service):
         super().__init__(1.0, max_consecutive_errors=1, max_backoff=5.0, logger=log)
         self.store = store
         self.worker_id = worker_id
-        self.pending: list[tuple[Outcome, asyncio.Future[bool]]] = []
+        self.pending: list[tuple[Outcome, Recorded | None]] = []
         #: Set while no write is in progress (a stopping worker waits for it).
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
-        """Queue an outcome; the future says whether the store accepted it."""
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.pending.append((outcome, fut))
+    def submit(self, outcome: Outcome, recorded: Recorded | None = None) -> None:
+        """Queue an outcome; ``recorded`` is told, once it is written, whether the store
+        accepted it. (A plain callback, not a future per job: this runs for every job.)"""
+        self.pending.append((outcome, recorded))
         self.wake()
-        return fut
 
     async def run_once(self) -> int:
         """Write what is pending; returns how many outcomes were written."""
@@ -47,7 +49,11 @@ class Completer(Service):
             raise
         finally:
             self.idle.set()
-        for outcome, fut in batch:
-            if not fut.done():
-                fut.set_result(outcome.job_id in accepted)
+        for outcome, recorded in batch:
+            if recorded is None:
+                continue
+            try:
+                recorded(outcome.job_id in accepted)
+            except Exception:  # one job's bookkeeping must not strand the others
+                log.exception("job %s: internal error in the worker", outcome.job_id)
         return len(batch)

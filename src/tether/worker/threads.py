@@ -37,7 +37,7 @@ class HandlerThreads:
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.size = worker.config.concurrency + SPARE_THREADS
+        self.size = worker.concurrency + SPARE_THREADS
         self.pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="tether-job")
         threaded = {n for n, t in worker.app.tasks.items() if t.executor == "thread"}
         self.unthreaded_task_names = [n for n in worker.task_names if n not in threaded]

@@ -58,6 +58,8 @@ class Worker:
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self.task_names = sorted(app.tasks)
+        #: Handlers at once (``config.concurrency``, or its default for these tasks).
+        self.concurrency = config.slots(t.executor for t in app.tasks.values())
         self.running: dict[int, Run] = {}
         self.stopping = False
         self._store: Store | None = None
@@ -106,7 +108,7 @@ class Worker:
             self.pid,
             start_time(self.pid),
             self.config.queues,
-            self.config.concurrency,
+            self.concurrency,
             tasks=self.task_names,
         )
         self.claimer = Claimer(self)
@@ -164,7 +166,7 @@ class Worker:
             "worker %s started: queues=%s concurrency=%d tasks=%s",
             self.id,
             ",".join(self.config.queues),
-            self.config.concurrency,
+            self.concurrency,
             ",".join(self.task_names),
         )
         if services:
@@ -376,7 +378,7 @@ class Worker:
         hold no slot, but at most ``concurrency`` of them are held besides: a database
         slow to take outcomes slows claiming too.
         """
-        concurrency = self.config.concurrency
+        concurrency = self.concurrency
         return min(concurrency - self.executing, 2 * concurrency - len(self.running))
 
     def launch(self, job: Job, *, leased_at: float | None = None) -> None:
@@ -412,20 +414,21 @@ class Worker:
         self.executing += 1
         self._idle.clear()
         metrics.job_started(job)
-        log.debug(
-            "job %s (%s) attempt %d started",
-            job.id,
-            job.task,
-            job.attempt,
-            extra=job_fields(
-                "job_started",
-                job_id=job.id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                worker_id=self.id,
-            ),
-        )
+        if log.isEnabledFor(logging.DEBUG):  # its fields cost more than the job when off
+            log.debug(
+                "job %s (%s) attempt %d started",
+                job.id,
+                job.task,
+                job.attempt,
+                extra=job_fields(
+                    "job_started",
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    worker_id=self.id,
+                ),
+            )
         try:
             if unfit is not None:
                 raise unfit_arguments(unfit)
@@ -522,8 +525,7 @@ class Worker:
                     progress_total=total,
                 )
             run.finishing = True
-            recorded = self.completer.submit(outcome)
-            recorded.add_done_callback(functools.partial(self._recorded, run, outcome))
+            self.completer.submit(outcome, functools.partial(self._recorded, run, outcome))
         except Exception:
             log.exception("job %s: internal error in the worker", job.id)
             self._forget(run)
@@ -531,12 +533,13 @@ class Worker:
             if not self.stopping:
                 self.claimer.wake()
 
-    def _recorded(self, run: Run, outcome: Outcome, fut: asyncio.Future[bool]) -> None:
+    def _recorded(self, run: Run, outcome: Outcome, accepted: bool) -> None:
         job = run.job
         self._forget(run)
-        if fut.cancelled():
-            return
-        if fut.result():
+        if accepted:
+            level = logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO
+            if not log.isEnabledFor(level):
+                return
             duration = asyncio.get_running_loop().time() - run.began
             reason = outcome.reason
             if outcome.state in (JobState.CANCELLED, JobState.PAUSED) and run.reason:
@@ -545,7 +548,7 @@ class Worker:
                 # The error's last line (its message, after any traceback) says why.
                 reason = outcome.error.strip().splitlines()[-1][:300]
             log.log(
-                logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO,
+                level,
                 "job %s (%s) attempt %d: %s after %.3fs%s",
                 job.id,
                 job.task,
