@@ -42,6 +42,7 @@ from tether.cancellation import CancellationRecord, CancellationResult
 from tether.config import (
     DEFAULT_DATABASE_URL,
     DEFAULT_POOL_SIZE,
+    SERVE_POOL_SIZE,
     RetentionConfig,
     WorkerConfig,
     parse_age,
@@ -114,7 +115,7 @@ PoolSizeOpt = Annotated[
         metavar="N",
         help="Most PostgreSQL connections this process opens (plus one for notifications). "
         "Wins over the URL's pool_size parameter and the app's config; default "
-        f"{DEFAULT_POOL_SIZE}. SQLite ignores it.",
+        f"{DEFAULT_POOL_SIZE} ({SERVE_POOL_SIZE} for serve). SQLite ignores it.",
         show_default=False,
     ),
 ]
@@ -295,9 +296,13 @@ async def _watching(app: App, job_id: int, doing: str, enabled: bool = True) -> 
                 await task
 
 
-def set_pool_size(app: App, size: int | None) -> None:
-    """Apply ``--pool-size``: it wins over the URL's ``pool_size`` and the app's config."""
+def set_pool_size(app: App, size: int | None, default: int | None = None) -> None:
+    """Apply ``--pool-size``: it wins over the URL's ``pool_size`` and the app's config.
+    Without it, ``default`` applies where neither the URL nor the config sets a size."""
     if size is None:
+        if default is not None and app.config.store.pool_size is None:
+            store = dataclasses.replace(app.config.store, pool_size=default)
+            app.config = dataclasses.replace(app.config, store=store)
         return
     store = dataclasses.replace(app.config.store, pool_size=size)
     app.config = dataclasses.replace(app.config, store=store)
@@ -1560,7 +1565,7 @@ def serve(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
     app = open_app(database, app_ref)
-    set_pool_size(app, pool_size)
+    set_pool_size(app, pool_size, default=SERVE_POOL_SIZE)
     has_tokens = run(app, Tokens(app).any_active())
     loopback = _is_loopback(host)
     if not has_tokens and not loopback:
