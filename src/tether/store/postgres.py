@@ -308,10 +308,20 @@ UPDATE tether_jobs SET state = {RESCUE_STATE},
                      || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
                      || ' children found)'
                 ELSE '; reset to the ingest phase (no children found)' END
--- ANY(ARRAY(...)) rather than IN: both arms are then conditions on the partial indexes
--- of running jobs (by lease expiry, by worker), and only the rows they name are read.
-WHERE id IN (SELECT id FROM tether_jobs WHERE state = 'running'
-             AND (lease_expires_at < now() OR worker_id = ANY(ARRAY(SELECT id FROM dead)))
+-- The candidates come from two index lookups (the partial indexes of running jobs by
+-- lease expiry and by worker), so a pass reads only the jobs it hands back however many
+-- run; the rows are then locked in id order and the conditions checked again.
+WHERE id IN (SELECT id FROM tether_jobs
+             WHERE id = ANY(ARRAY(
+                 SELECT id FROM tether_jobs WHERE state = 'running' AND lease_expires_at < now()
+                 UNION ALL
+                 -- OFFSET 0 keeps this a lookup per dead worker (of the running jobs'
+                 -- index by worker), never a join that reads every running job.
+                 SELECT j.id FROM dead, LATERAL (
+                     SELECT id FROM tether_jobs
+                     WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
+             AND state = 'running'
+             AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
              ORDER BY id FOR UPDATE)
 RETURNING {JOB_COLUMNS}
 """
