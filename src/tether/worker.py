@@ -457,17 +457,8 @@ class Worker:
         self.claimer = Claimer(self)
         self.heartbeater = Heartbeater(self)
         self.completer = Completer(self._store, self.id)
-        self.follow_up = CancellationFollowUp(
-            CancellationService(
-                self._store,
-                self.app.config.wait_poll_interval,
-                adopt_after=self.app.config.cancellation_adopt_after,
-            ),
-            interval=self.config.rescue_interval,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
-        )
-        # Rescue, pruning and schedules run on one maintenance leader at a time.
+        # Rescue, the cancellation follow-up, pruning and schedules run on one
+        # maintenance leader at a time.
         maintenance = self.app.config.maintenance
         self.leader = LeaderElection(
             self._store,
@@ -483,6 +474,17 @@ class Worker:
             max_backoff=self.config.max_backoff,
             interval=self.config.rescue_interval,
             session_grace=self.config.session_dead_after,
+            leader=self.leader,
+        )
+        self.follow_up = CancellationFollowUp(
+            CancellationService(
+                self._store,
+                self.app.config.wait_poll_interval,
+                adopt_after=self.app.config.cancellation_adopt_after,
+            ),
+            interval=self.config.rescue_interval,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
             leader=self.leader,
         )
         self.pruner = Pruner(self._store, self.app.config.retention, leader=self.leader)
