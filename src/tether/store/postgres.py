@@ -175,15 +175,21 @@ WITH v AS (
     -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
     -- worker's completions and its heartbeat never share rows: it does not beat for
     -- the jobs whose outcome it is writing.)
-    SELECT j.id FROM tether_jobs j JOIN v ON v.id = j.id ORDER BY j.id FOR UPDATE OF j
+    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id FOR UPDATE OF j
 )
+-- The ids also come as an array, which the planner can size: the rows are looked up by
+-- key, where a join with the JSON rows would read every running job at every beat.
 UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
     heartbeat_at = now(),
     progress_current = COALESCE(v.cur, j.progress_current),
     progress_total = COALESCE(v.tot, j.progress_total),
     usage = COALESCE(v.usage, j.usage)
 FROM v JOIN locked ON locked.id = v.id
-WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
+  -- Written so that no partial index of running jobs matches it: the planner would
+  -- read a whole one (every running job) rather than look these rows up by key.
+  AND (j.state = 'running') IS TRUE
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
           j.pause_requested_at IS NOT NULL AS pause
 """
@@ -1350,7 +1356,12 @@ class PostgresStore:
                 for b in beats
             ]
         )
-        args = {"beats": beats_json, "worker": worker_id, "lease": lease_duration}
+        args = {
+            "beats": beats_json,
+            "ids": [b.job_id for b in beats],
+            "worker": worker_id,
+            "lease": lease_duration,
+        }
         async with self._conn() as conn:
             cur = await conn.execute(Q_HEARTBEAT, args)
             rows = await cur.fetchall()
