@@ -24,7 +24,6 @@ Run: ``python bench/scale.py --quick --output bench/SCALE.md``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -243,20 +242,43 @@ def idle_cost(
     return rows
 
 
-async def _enqueue(
-    url: str, task: str, jobs: int, args: dict[str, Any], queue: str = "default"
-) -> None:
-    from tether import App
+ENQUEUE = r"""
+import asyncio, json, sys
+from tether import App
 
+url, task, jobs, args, queue = sys.argv[1:]
+jobs, args = int(jobs), json.loads(args)
+
+async def main():
     app = App(url)
 
     @app.task(name=task)
-    async def stub(ctx: Any, **kw: Any) -> None:
+    async def stub(ctx, **kw) -> None:
         return None
 
     for start in range(0, jobs, 1000):
         await app.enqueue_many([(task, args)] * min(1000, jobs - start), queue=queue)
     await app.close()
+
+asyncio.run(main())
+"""
+
+
+def enqueue(
+    url: str,
+    task: str,
+    jobs: int,
+    args: dict[str, Any],
+    *,
+    src: Path | None,
+    queue: str = "default",
+) -> None:
+    """Bulk-enqueue with the tether under test (it must not migrate the database)."""
+    subprocess.run(
+        [sys.executable, "-c", ENQUEUE, url, task, str(jobs), json.dumps(args), queue],
+        check=True,
+        env=env_for(src),
+    )
 
 
 def count_done(url: str) -> int:
@@ -273,7 +295,7 @@ def drain(
         name, url = fresh_db(cluster, args.tether_src)
         # Enqueued into a queue nobody serves; released into the workers' queue in one
         # statement once every process is up, so the clock covers the drain alone.
-        asyncio.run(_enqueue(url, NOOP, args.jobs, {}, queue="parked"))
+        enqueue(url, NOOP, args.jobs, {}, src=args.tether_src, queue="parked")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ANALYZE")  # the statistics a real database would have
         fleet = start_fleet(url, p, 1, concurrency=10, pool=args.pool, src=args.tether_src)
@@ -313,7 +335,7 @@ def drain(
 def long_jobs(cluster: PrivateCluster, args: argparse.Namespace) -> dict[str, Any]:
     workers, per = args.long_workers, args.long_jobs
     name, url = fresh_db(cluster, args.tether_src)
-    asyncio.run(_enqueue(url, SLEEP, workers * per, {"seconds": 3600.0}))
+    enqueue(url, SLEEP, workers * per, {"seconds": 3600.0}, src=args.tether_src)
     fleet = start_fleet(
         url, workers, args.per_process, concurrency=per, pool=args.pool, src=args.tether_src
     )
