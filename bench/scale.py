@@ -500,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"server": server, "runs": {}}
     if args.json and args.json.exists():
         results = json.loads(args.json.read_text())
-    results["runs"][args.label] = res
+    # A later run under the same label replaces only the parts it measured.
+    results["runs"].setdefault(args.label, {}).update(res)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.output:
