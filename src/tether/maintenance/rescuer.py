@@ -27,7 +27,7 @@ class Rescuer(Service):
 
     With a ``leader``, the rounds of :meth:`run` are the maintenance leader's alone, so
     the fleet makes one pass per ``interval`` however many workers it has (each pass
-    reads the live workers, and only the running jobs it hands back, through indexes).
+    reads the live workers and the running jobs once, through indexes).
     Each worker still fences itself: one that cannot renew its leases stops its jobs.
     A leader that dies or freezes loses its lease row within ``leader_ttl`` and another
     worker takes the duty over; every worker also makes one pass when it starts.

@@ -187,8 +187,8 @@ UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(leas
     usage = COALESCE(v.usage, j.usage)
 FROM v JOIN locked ON locked.id = v.id
 WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
-  -- Written so that no partial index of running jobs matches it: the planner would
-  -- read a whole one (every running job) rather than look these rows up by key.
+  -- Written so that no partial index of running jobs matches it: the planner may read
+  -- a whole one (every running job) rather than look these rows up by key.
   AND (j.state = 'running') IS TRUE
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
           j.pause_requested_at IS NOT NULL AS pause
@@ -314,9 +314,10 @@ UPDATE tether_jobs SET state = {RESCUE_STATE},
                      || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
                      || ' children found)'
                 ELSE '; reset to the ingest phase (no children found)' END
--- The candidates come from two index lookups (the partial indexes of running jobs by
--- lease expiry and by worker), so a pass reads only the jobs it hands back however many
--- run; the rows are then locked in id order and the conditions checked again.
+-- The candidates: running jobs whose lease expired (through the partial index of running
+-- jobs; one pass a second for the fleet, on the maintenance leader), and the running
+-- jobs of recently dead workers, looked up by worker. Their rows are then locked in id
+-- order and the conditions checked again.
 WHERE id IN (SELECT id FROM tether_jobs
              WHERE id = ANY(ARRAY(
                  SELECT id FROM tether_jobs WHERE state = 'running' AND lease_expires_at < now()

@@ -12,10 +12,12 @@ CREATE TABLE tether_listeners (
     until   TIMESTAMPTZ NOT NULL
 );
 
--- The rescue reads only running jobs whose lease expired or whose worker is dead (the
--- running jobs by worker are indexed since version 1), and the dead-worker check reads
--- only live workers: neither reads every running job, nor every worker row ever seen.
-CREATE INDEX tether_jobs_lease ON tether_jobs (lease_expires_at) WHERE state = 'running';
+-- The dead-worker check reads only live workers, not every worker row ever seen. (The
+-- rescue, once a second on the maintenance leader, reads the running jobs through
+-- their partial index of version 1. An index on lease_expires_at would spare it that,
+-- but every heartbeat changes that column: its updates could no longer be HOT, and
+-- each beat would write an entry into every index of tether_jobs, which measured twice
+-- the WAL of long jobs.)
 CREATE INDEX tether_workers_state ON tether_workers (state, host);
 
 CREATE OR REPLACE FUNCTION tether_jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
