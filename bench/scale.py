@@ -180,6 +180,15 @@ def top_statements(admin: str, db: str, seconds: float) -> list[tuple[str, float
     return [(str(q), c / seconds, r / seconds) for q, c, r in found]
 
 
+def updates(url: str) -> tuple[int, int]:
+    """(updates, HOT updates) of ``tether_jobs`` so far."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tether_jobs'"
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def rate(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
     out = {k: (after[k] - before[k]) / seconds for k in before if k != "connections"}
     out["connections"] = after["connections"]
@@ -354,19 +363,23 @@ def long_jobs(cluster: PrivateCluster, args: argparse.Namespace) -> dict[str, An
         with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_statements_reset()")
         before = snapshot(cluster.admin_url, name)
+        upd_before = updates(url)
         time.sleep(args.window)
         flush_stats(cluster.admin_url)
         after = snapshot(cluster.admin_url, name)
+        upd_after = updates(url)
         top = top_statements(cluster.admin_url, name, args.window + 1.2)
     finally:
         fleet.stop()
     r = rate(before, after, args.window + 1.2)
+    upd = upd_after[0] - upd_before[0]
+    r["hot_share"] = (upd_after[1] - upd_before[1]) / upd if upd else 0.0
     for q, c, rr in top[:5]:
         print(f"    {c:7.1f}/s {rr:9.1f} rows/s  {q}")
     print(
         f"long jobs ({workers} workers x {per} running): {r['statements']:.1f} stmt/s, "
         f"{r['rows_read']:.0f} rows read/s, {r['rows_written']:.0f} rows written/s, "
-        f"WAL {r['wal'] / 1024:.1f} KiB/s",
+        f"WAL {r['wal'] / 1024:.1f} KiB/s, {r['hot_share']:.0%} of job updates HOT",
         flush=True,
     )
     return {"workers": workers, "jobs": per, **r, "top": top}
@@ -439,7 +452,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             lines += [
                 f"Long jobs: {r['workers']} workers each running {r['jobs']} sleeping jobs: "
                 f"{r['statements']:.1f} statements/s, {r['rows_read']:.0f} rows read/s, "
-                f"{r['rows_written']:.0f} rows written/s, {r['wal'] / 1024:.1f} KiB WAL/s.",
+                f"{r['rows_written']:.0f} rows written/s, {r['wal'] / 1024:.1f} KiB WAL/s, "
+                f"{r.get('hot_share', 0.0):.0%} of the job row updates HOT.",
                 "",
             ]
     return "\n".join(lines) + "\n"
