@@ -613,6 +613,11 @@ class PostgresStore:
         self._connected = asyncio.Event()
         self._backend_pid: int | None = None
         self._workers: set[str] = set()
+        # Channels listened on (by the LISTEN connection), and those a worker of this
+        # store needs from its registration on, subscribed or not yet.
+        self._listening: set[str] = set()
+        self._sticky: set[str] = set()
+        self._followed = asyncio.Event()  # set each time the listened channels are synced
         self._listen_delay = LISTEN_FIRST_DELAY
         self._listen_failures = 0
 
@@ -1269,8 +1274,10 @@ class PostgresStore:
         space = pid_space() if space is None else space
         await self.listen()
         if self._listen_dsn is not None:
-            # The session whose end tells that the worker died (see Q_DEAD_SESSIONS).
-            await asyncio.wait_for(self._connected.wait(), 10)
+            # The session whose end tells that the worker died (see Q_DEAD_SESSIONS),
+            # listening on the worker's channels before its first claim.
+            self._sticky |= {"tether_enqueued", "tether_control", "tether_cancel"}
+            await asyncio.wait_for(self._listening_on(self._sticky), 10)
         self._workers.add(worker_id)
         async with self._conn() as conn:
             await conn.execute(
@@ -1588,8 +1595,9 @@ class PostgresStore:
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
         loop = asyncio.get_running_loop()
-        listening: set[str] = set()
+        listening = self._listening = set()
         await self._follow_subscriptions(conn, listening)
+        self._followed.set()
         self._backend_pid = conn.info.backend_pid
         if self._workers:
             await conn.execute(
@@ -1615,6 +1623,7 @@ class PostgresStore:
                 self._listen_delay, self._listen_failures = LISTEN_FIRST_DELAY, 0
             if await self._follow_subscriptions(conn, listening):
                 renewed = -1e9
+            self._followed.set()
             if CHANGED_CHANNEL in listening and loop.time() - renewed >= LISTENER_RENEW:
                 renewed = loop.time()
                 await self._renew_listener(conn, CHANGED_CHANNEL)
@@ -1623,12 +1632,22 @@ class PostgresStore:
                 if target is not None:
                     self.hints.publish(target, note.payload.split(","))
 
+    async def _listening_on(self, channels: set[str]) -> None:
+        """Wait until the LISTEN connection is up and listens on ``channels``."""
+        while True:
+            self._followed.clear()
+            if self._connected.is_set() and channels <= self._listening:
+                return
+            await self._followed.wait()
+
     async def _follow_subscriptions(
         self, conn: psycopg.AsyncConnection[Any], listening: set[str]
     ) -> bool:
         """LISTEN on the channels this process has subscribers for, and only those: a
         worker does not hear every transition of the fleet. True if any was added."""
-        wanted = {SERVER_CHANNELS[c] for c in self.hints.channels() if c in SERVER_CHANNELS}
+        wanted = self._sticky | {
+            SERVER_CHANNELS[c] for c in self.hints.channels() if c in SERVER_CHANNELS
+        }
         for channel in sorted(listening - wanted):
             await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
             listening.discard(channel)
