@@ -20,7 +20,12 @@ DEFAULT_QUEUE = "default"
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ARTIFACT_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_POOL_SIZE = 10
+# Server connections per process: the pool's size, plus one LISTEN connection while
+# something listens. A worker shares one pooled connection between claims, heartbeats
+# and completions (statements of a few milliseconds), so it holds two connections in
+# all; ``tether serve`` answers concurrent requests and takes SERVE_POOL_SIZE.
+DEFAULT_POOL_SIZE = 1
+SERVE_POOL_SIZE = 4
 #: A worker's default slots when every task is async, and when some run in threads or
 #: processes (see ``WorkerConfig.slots``).
 ASYNC_CONCURRENCY = 100
@@ -68,6 +73,19 @@ class StoreConfig:
     Query parameters of the database URL with the same names win over these, e.g.
     ``postgresql://host/db?pool_size=20&statement_timeout=60``.
 
+    ``pool_size`` ``None`` means the process's default: ``DEFAULT_POOL_SIZE`` (1) for
+    workers and producers, ``SERVE_POOL_SIZE`` (4) for ``tether serve``.
+
+    Behind a pooler in transaction mode (PgBouncer), set ``pgbouncer`` (URL:
+    ``?pgbouncer=true``): connections then never prepare statements on the server, which
+    a pooled server connection shared by many clients would see collide. LISTEN needs a
+    session of its own, which such a pooler cannot give: ``listen_url`` (URL:
+    ``?listen_url=<percent-encoded URL>``) names a direct connection to the same
+    database for it. Without one, a pooled store does not listen and its waits poll.
+    ``pgbouncer`` also stops tether from reading the pooled connections' backend pids
+    (they name the pooler's server connections, not ours): a dead worker is then found
+    by its session on ``listen_url``, else by its stale heartbeat and expired leases.
+
     Every store call has a deadline. A call that has had no answer for
     ``answer_timeout`` seconds makes the store ask the server, on a fresh connection,
     whether the call's session is still working on it; when the server does not
@@ -78,13 +96,15 @@ class StoreConfig:
     ``statement_timeout`` per statement.
     """
 
-    pool_size: int = DEFAULT_POOL_SIZE
+    pool_size: int | None = None
     statement_timeout: float = 30.0
     answer_timeout: float = 2.5
     connect_timeout: float = 2.0
+    pgbouncer: bool = False
+    listen_url: str | None = None
 
     def __post_init__(self) -> None:
-        if self.pool_size < 1:
+        if self.pool_size is not None and self.pool_size < 1:
             raise ConfigError(f"pool_size must be at least 1, got {self.pool_size!r}")
         _positive("statement_timeout", self.statement_timeout)
         _positive("answer_timeout", self.answer_timeout)

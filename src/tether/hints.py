@@ -92,6 +92,11 @@ class Hints:
                 if sub.wants(key):
                     sub._push(key)
 
+    def channels(self) -> set[str]:
+        """The channels that have a subscriber right now (a store listens on these)."""
+        with self._lock:
+            return {channel for channel, subs in self._subs.items() if subs}
+
     def publish_all(self) -> None:
         """Wake every subscriber: used after a lost connection may have lost hints."""
         with self._lock:

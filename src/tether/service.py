@@ -43,6 +43,11 @@ class Service:
         """Do one round of work."""
         raise NotImplementedError
 
+    def due(self) -> bool:
+        """Whether :meth:`run` should do a round now (a duty of the maintenance leader
+        only says no on the others); :meth:`run_once` itself always works."""
+        return True
+
     def wake(self) -> None:
         """Run the next round now instead of at the end of the interval."""
         self._wake.set()
@@ -63,7 +68,8 @@ class Service:
         """Loop until :meth:`stop`; never raises for a failed round."""
         while not self._stop.is_set():
             try:
-                await self.run_once()
+                if self.due():
+                    await self.run_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

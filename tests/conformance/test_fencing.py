@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import eventually
 from tether.job import Beat, Job, JobFilter, Outcome
 from tether.states import JobState
-from tether.store import Store
+from tether.store import Store, create_store
 
 from .support import Db, claim_one, enqueue_one, new_job, outcome, running_job
 
@@ -145,7 +145,13 @@ async def hold_across_rescue(
             other.execute(conflict, (job.id,))
             pending = asyncio.ensure_future(write())
             await eventually(lambda: _waiting_on_a_lock(db, pending))
-            assert [j.id for j in await store.rescue()] == [job.id]
+            # The rescue comes from another process (the maintenance leader): the held
+            # write keeps this store's connection busy.
+            rescuer = create_store(db.url)
+            try:
+                assert [j.id for j in await rescuer.rescue()] == [job.id]
+            finally:
+                await rescuer.close()
             other.rollback()
         return await pending
     # SQLite serialises writers, and a waiting writer may take the lock in any order

@@ -85,3 +85,31 @@ def test_throttle_lets_one_warning_through_per_interval_and_counts_the_rest() ->
 
 def test_the_pool_logger_is_throttled() -> None:
     assert POOL_LOG_THROTTLE in logging.getLogger("psycopg.pool").filters
+
+
+def test_pgbouncer_and_listen_url_come_from_the_url() -> None:
+    dsn, settings = split_url(
+        "postgresql://u@pooler:6432/db?pgbouncer=true&sslmode=disable"
+        "&listen_url=postgresql%3A%2F%2Fu%40db%3A5432%2Fdb%3Fsslmode%3Ddisable",
+        StoreConfig(),
+    )
+    assert dsn == "postgresql://u@pooler:6432/db?sslmode=disable"
+    assert settings.pgbouncer is True
+    assert settings.listen_url == "postgresql://u@db:5432/db?sslmode=disable"
+
+
+def test_a_bad_pgbouncer_value_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="pgbouncer"):
+        App("postgresql://h/db?pgbouncer=maybe")
+
+
+def test_a_worker_pools_one_connection_and_serve_four_unless_told() -> None:
+    store = create_store("postgresql://h/db")
+    assert isinstance(store, PostgresStore)
+    assert store._pool.max_size == 1
+    app = App("postgresql://h/db")
+    set_pool_size(app, None, default=4)  # what `tether serve` does
+    assert app.config.store.pool_size == 4
+    told = App("postgresql://h/db", config=AppConfig(store=StoreConfig(pool_size=2)))
+    set_pool_size(told, None, default=4)
+    assert told.config.store.pool_size == 2

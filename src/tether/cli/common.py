@@ -30,7 +30,7 @@ from rich.markup import escape
 from tether import display
 from tether.app import App
 from tether.cli.output import err
-from tether.config import DEFAULT_DATABASE_URL, DEFAULT_POOL_SIZE
+from tether.config import DEFAULT_DATABASE_URL, DEFAULT_POOL_SIZE, SERVE_POOL_SIZE
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
 
 P = ParamSpec("P")
@@ -73,7 +73,7 @@ PoolSizeOpt = Annotated[
         metavar="N",
         help="Most PostgreSQL connections this process opens (plus one for notifications). "
         "Wins over the URL's pool_size parameter and the app's config; default "
-        f"{DEFAULT_POOL_SIZE}. SQLite ignores it.",
+        f"{DEFAULT_POOL_SIZE} ({SERVE_POOL_SIZE} for serve). SQLite ignores it.",
         show_default=False,
     ),
 ]
@@ -246,9 +246,13 @@ def cli_actor() -> str:
     return local_actor("cli")
 
 
-def set_pool_size(app: App, size: int | None) -> None:
-    """Apply ``--pool-size``: it wins over the URL's ``pool_size`` and the app's config."""
+def set_pool_size(app: App, size: int | None, default: int | None = None) -> None:
+    """Apply ``--pool-size``: it wins over the URL's ``pool_size`` and the app's config.
+    Without it, ``default`` applies where neither the URL nor the config sets a size."""
     if size is None:
+        if default is not None and app.config.store.pool_size is None:
+            store = dataclasses.replace(app.config.store, pool_size=default)
+            app.config = dataclasses.replace(app.config, store=store)
         return
     store = dataclasses.replace(app.config.store, pool_size=size)
     app.config = dataclasses.replace(app.config, store=store)

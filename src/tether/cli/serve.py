@@ -26,6 +26,7 @@ from tether.cli.common import (
     set_pool_size,
 )
 from tether.cli.output import err
+from tether.config import SERVE_POOL_SIZE
 
 
 @friendly
@@ -68,7 +69,7 @@ def serve(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
     app = open_app(database, app_ref)
-    set_pool_size(app, pool_size)
+    set_pool_size(app, pool_size, default=SERVE_POOL_SIZE)
     has_tokens = run(app, Tokens(app).any_active())
     loopback = _is_loopback(host)
     if not has_tokens and not loopback:

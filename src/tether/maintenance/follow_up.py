@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from tether.cancellation import CancellationService
+from tether.maintenance.leader import LeaderElection
 from tether.service import Service
 
 log = logging.getLogger("tether.follow_up")
@@ -21,6 +22,8 @@ class CancellationFollowUp(Service):
 
     Any number of workers may run it: every write names the status it expects, so of
     two that reach the same record only one writes, and a settled record is left alone.
+    With a ``leader``, the rounds of :meth:`run` are the maintenance leader's alone, so
+    the fleet polls the records once per ``interval``, not once per worker.
     """
 
     name = "cancellation follow-up"
@@ -32,6 +35,7 @@ class CancellationFollowUp(Service):
         interval: float,
         max_consecutive_errors: int = 3,
         max_backoff: float = 30.0,
+        leader: LeaderElection | None = None,
     ) -> None:
         super().__init__(
             interval,
@@ -40,6 +44,11 @@ class CancellationFollowUp(Service):
             logger=log,
         )
         self.cancellations = cancellations
+        self.leader = leader
+
+    def due(self) -> bool:
+        """Only the maintenance leader follows up (always, without a leader)."""
+        return self.leader is None or self.leader.leading
 
     async def run_once(self) -> list[str]:
         """One round; returns the ids of the records settled or completed."""

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether import hints as h
-from tether.config import StoreConfig
+from tether.config import DEFAULT_POOL_SIZE, StoreConfig
 from tether.errors import ConfigError, InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
@@ -76,6 +76,18 @@ CHANNELS = {
     "tether_cancel": h.CANCEL,
     "tether_changed": h.CHANGED,
 }
+SERVER_CHANNELS = {hint: channel for channel, hint in CHANNELS.items()}
+# Transitions notify ``tether_changed`` only while some process says it listens there
+# (a row in ``tether_listeners``, renewed every LISTENER_RENEW seconds, valid for
+# LISTENER_TTL): a notifying commit takes a server-wide lock, which a fleet of workers
+# completing jobs that nobody waits for should not queue on.
+CHANGED_CHANNEL = "tether_changed"
+LISTENER_RENEW = 10.0
+LISTENER_TTL = 30.0
+# How often the LISTEN connection follows its store's subscriptions (a new channel is
+# listened to within this), and how often it checks the connection with a round trip.
+LISTEN_SYNC = 0.2
+LISTEN_PING = 1.0
 MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
@@ -163,15 +175,21 @@ WITH v AS (
     -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
     -- worker's completions and its heartbeat never share rows: it does not beat for
     -- the jobs whose outcome it is writing.)
-    SELECT j.id FROM tether_jobs j JOIN v ON v.id = j.id ORDER BY j.id FOR UPDATE OF j
+    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id FOR UPDATE OF j
 )
+-- The ids also come as an array, which the planner can size: the rows are looked up by
+-- key, where a join with the JSON rows would read every running job at every beat.
 UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
     heartbeat_at = now(),
     progress_current = COALESCE(v.cur, j.progress_current),
     progress_total = COALESCE(v.tot, j.progress_total),
     usage = COALESCE(v.usage, j.usage)
 FROM v JOIN locked ON locked.id = v.id
-WHERE j.id = v.id AND j.lease_token = v.token AND j.state = 'running'
+WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
+  -- Written so that no partial index of running jobs matches it: the planner may read
+  -- a whole one (every running job) rather than look these rows up by key.
+  AND (j.state = 'running') IS TRUE
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
           j.pause_requested_at IS NOT NULL AS pause
 """
@@ -262,7 +280,12 @@ RETURNING {JOB_COLUMNS}
 """
 
 Q_RESCUE: LiteralString = f"""
-WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead')
+-- Only workers that beat within the last hour: the rows of workers long dead (kept
+-- until the pruner reaps them) would otherwise be read at every pass. A job of a worker
+-- silent for longer has an expired lease anyway, unless its leases outlast an hour,
+-- and then the lease's end hands it back.
+WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead'
+              AND heartbeat_at > now() - interval '1 hour')
 UPDATE tether_jobs SET state = {RESCUE_STATE},
     lease_token = lease_token + 1, lease_expires_at = NULL,
     -- Recovered work that has a checkpoint goes first: back to its place in line. Other
@@ -291,7 +314,20 @@ UPDATE tether_jobs SET state = {RESCUE_STATE},
                      || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
                      || ' children found)'
                 ELSE '; reset to the ingest phase (no children found)' END
-WHERE id IN (SELECT id FROM tether_jobs WHERE state = 'running'
+-- The candidates: running jobs whose lease expired (through the partial index of running
+-- jobs; one pass a second for the fleet, on the maintenance leader), and the running
+-- jobs of recently dead workers, looked up by worker. Their rows are then locked in id
+-- order and the conditions checked again.
+WHERE id IN (SELECT id FROM tether_jobs
+             WHERE id = ANY(ARRAY(
+                 SELECT id FROM tether_jobs WHERE state = 'running' AND lease_expires_at < now()
+                 UNION ALL
+                 -- OFFSET 0 keeps this a lookup per dead worker (of the running jobs'
+                 -- index by worker), never a join that reads every running job.
+                 SELECT j.id FROM dead, LATERAL (
+                     SELECT id FROM tether_jobs
+                     WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
+             AND state = 'running'
              AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
              ORDER BY id FOR UPDATE)
 RETURNING {JOB_COLUMNS}
@@ -389,22 +425,36 @@ def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[
     return cols
 
 
+URL_SETTINGS = ("pool_size", "statement_timeout", "answer_timeout", "pgbouncer", "listen_url")
+TRUE_WORDS = ("1", "true", "yes", "on")
+
+
 def split_url(url: str, config: StoreConfig) -> tuple[str, StoreConfig]:
     """The URL for the driver, and the config with the URL's own query parameters.
 
-    ``pool_size``, ``statement_timeout`` and ``answer_timeout`` are tether's; the driver
-    would refuse them, so they are taken out of the URL.
+    ``pool_size``, ``statement_timeout``, ``answer_timeout``, ``pgbouncer`` and
+    ``listen_url`` are tether's; the driver would refuse them, so they are taken out of
+    the URL.
     """
     parts = urlsplit(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in params if k in ("pool_size", "statement_timeout", "answer_timeout")}
+    ours = {k: v for k, v in params if k in URL_SETTINGS}
     if not ours:
         return url, config
     rest = urlencode([(k, v) for k, v in params if k not in ours])
+    values: dict[str, Any] = {}
     try:
-        values: dict[str, Any] = {
-            k: int(v) if k == "pool_size" else float(v) for k, v in ours.items()
-        }
+        for k, v in ours.items():
+            if k == "pool_size":
+                values[k] = int(v)
+            elif k == "pgbouncer":
+                if v.lower() not in (*TRUE_WORDS, "0", "false", "no", "off"):
+                    raise ValueError(f"pgbouncer={v!r} (use true or false)")
+                values[k] = v.lower() in TRUE_WORDS
+            elif k == "listen_url":
+                values[k] = v or None
+            else:
+                values[k] = float(v)
     except ValueError as exc:
         raise ConfigError(f"malformed PostgreSQL URL parameter: {exc}") from None
     return urlunsplit(parts._replace(query=rest)), dataclasses.replace(config, **values)
@@ -516,19 +566,32 @@ class PostgresStore:
         self.url = url
         self._dsn, self.settings = split_url(url, config or StoreConfig())
         cfg = self.settings
+        # The LISTEN connection (and the liveness session it is) goes straight to the
+        # server when a pooler stands in between; its URL may not carry our parameters.
+        self._listen_dsn: str | None = split_url(cfg.listen_url, cfg)[0] if cfg.listen_url else None
+        if not cfg.pgbouncer:
+            self._listen_dsn = self._listen_dsn or self._dsn
         options = conninfo_to_dict(self._dsn).get("options") or ""
         # Server side, no statement runs longer than this; the client side is _Deadline.
         timeout_ms = max(1, round(cfg.statement_timeout * 1000))
-        self._connect_kwargs: dict[str, Any] = {
+        self._listen_kwargs: dict[str, Any] = {
             **TCP_KWARGS,
             "connect_timeout": max(2, round(cfg.connect_timeout)),
             "options": f"{options} -c statement_timeout={timeout_ms}".strip(),
         }
+        self._connect_kwargs = dict(self._listen_kwargs)
+        if cfg.pgbouncer:
+            # A pooler in transaction mode hands each transaction any server connection:
+            # a statement prepared on one is missing, or already exists, on the next.
+            # It also refuses the ``options`` startup parameter, so the server-side
+            # statement timeout is the pooler's or the role's to set (see the guide).
+            self._connect_kwargs["prepare_threshold"] = None
+            del self._connect_kwargs["options"]
         self.hints = Hints()
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self._dsn,
             min_size=1,
-            max_size=cfg.pool_size,
+            max_size=cfg.pool_size or DEFAULT_POOL_SIZE,
             open=False,
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
             kwargs={"autocommit": True, "row_factory": dict_row, **self._connect_kwargs},
@@ -550,6 +613,11 @@ class PostgresStore:
         self._connected = asyncio.Event()
         self._backend_pid: int | None = None
         self._workers: set[str] = set()
+        # Channels listened on (by the LISTEN connection), and those a worker of this
+        # store needs from its registration on, subscribed or not yet.
+        self._listening: set[str] = set()
+        self._sticky: set[str] = set()
+        self._followed = asyncio.Event()  # set each time the listened channels are synced
         self._listen_delay = LISTEN_FIRST_DELAY
         self._listen_failures = 0
 
@@ -642,6 +710,11 @@ class PostgresStore:
                 self._dsn, autocommit=True, **self._connect_kwargs
             )
             try:
+                if self.settings.pgbouncer:
+                    # Behind a pooler ``pid`` names no session of ours: a pooler and
+                    # server that answer are presumed to be working on the call.
+                    await conn.execute("SELECT 1")
+                    return True
                 # Idle in a transaction counts too: between two statements of one call
                 # the client may be busy building the next (a big bulk enqueue); a
                 # connection truly cut off is caught by this probe failing, or by
@@ -1207,7 +1280,11 @@ class PostgresStore:
     ) -> None:
         space = pid_space() if space is None else space
         await self.listen()
-        await asyncio.wait_for(self._connected.wait(), 10)
+        if self._listen_dsn is not None:
+            # The session whose end tells that the worker died (see Q_DEAD_SESSIONS),
+            # listening on the worker's channels before its first claim.
+            self._sticky |= {"tether_enqueued", "tether_control", "tether_cancel"}
+            await asyncio.wait_for(self._listening_on(self._sticky), 10)
         self._workers.add(worker_id)
         async with self._conn() as conn:
             await conn.execute(
@@ -1294,7 +1371,12 @@ class PostgresStore:
                 for b in beats
             ]
         )
-        args = {"beats": beats_json, "worker": worker_id, "lease": lease_duration}
+        args = {
+            "beats": beats_json,
+            "ids": [b.job_id for b in beats],
+            "worker": worker_id,
+            "lease": lease_duration,
+        }
         async with self._conn() as conn:
             cur = await conn.execute(Q_HEARTBEAT, args)
             rows = await cur.fetchall()
@@ -1470,7 +1552,13 @@ class PostgresStore:
     # -- notifications -------------------------------------------------------------------
 
     async def listen(self) -> None:
-        """Start the LISTEN connection (idempotent); it reconnects by itself."""
+        """Start the LISTEN connection (idempotent); it reconnects by itself, and it
+        listens on the channels its :attr:`hints` have subscribers for.
+
+        Behind a pooler (``pgbouncer``) without a ``listen_url`` nothing listens: a
+        pooled session cannot LISTEN, and waits poll instead."""
+        if self._listen_dsn is None:
+            return
         if self._listener is None or self._listener.done():
             self._listener = asyncio.create_task(self._listen_forever(), name="tether-listen")
 
@@ -1482,7 +1570,7 @@ class PostgresStore:
             problem = "LISTEN connection ended"
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, **self._connect_kwargs
+                    self._listen_dsn or self._dsn, autocommit=True, **self._listen_kwargs
                 )
             except psycopg.Error as exc:
                 problem = f"LISTEN connection failed: {exc}"
@@ -1514,8 +1602,9 @@ class PostgresStore:
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
         loop = asyncio.get_running_loop()
-        for channel in CHANNELS:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        listening = self._listening = set()
+        await self._follow_subscriptions(conn, listening)
+        self._followed.set()
         self._backend_pid = conn.info.backend_pid
         if self._workers:
             await conn.execute(
@@ -1526,20 +1615,70 @@ class PostgresStore:
         since = loop.time()
         # Anything published while we were away is lost: wake every waiter to re-check.
         self.hints.publish_all()
+        pinged = renewed = -1e9
         while True:
-            # A cheap round trip that also notices a dead connection, and a partition.
-            async with self._bounded(conn):
-                await conn.execute("SELECT 1")
+            if loop.time() - pinged >= LISTEN_PING:
+                pinged = loop.time()
+                # A cheap round trip that also notices a dead connection, and a partition.
+                async with self._bounded(conn):
+                    await conn.execute("SELECT 1")
             if self._listen_failures and loop.time() - since >= LISTEN_HEALTHY:
                 log.info(
                     "LISTEN connection healthy again after %d failed tries",
                     self._listen_failures,
                 )
                 self._listen_delay, self._listen_failures = LISTEN_FIRST_DELAY, 0
-            async for note in conn.notifies(timeout=1.0):
+            if await self._follow_subscriptions(conn, listening):
+                renewed = -1e9
+            self._followed.set()
+            if CHANGED_CHANNEL in listening and loop.time() - renewed >= LISTENER_RENEW:
+                renewed = loop.time()
+                await self._renew_listener(conn, CHANGED_CHANNEL)
+            async for note in conn.notifies(timeout=LISTEN_SYNC):
                 target = CHANNELS.get(note.channel)
                 if target is not None:
                     self.hints.publish(target, note.payload.split(","))
+
+    async def _listening_on(self, channels: set[str]) -> None:
+        """Wait until the LISTEN connection is up and listens on ``channels``."""
+        while True:
+            self._followed.clear()
+            if self._connected.is_set() and channels <= self._listening:
+                return
+            await self._followed.wait()
+
+    async def _follow_subscriptions(
+        self, conn: psycopg.AsyncConnection[Any], listening: set[str]
+    ) -> bool:
+        """LISTEN on the channels this process has subscribers for, and only those: a
+        worker does not hear every transition of the fleet. True if any was added."""
+        wanted = self._sticky | {
+            SERVER_CHANNELS[c] for c in self.hints.channels() if c in SERVER_CHANNELS
+        }
+        for channel in sorted(listening - wanted):
+            await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+            listening.discard(channel)
+        added = sorted(wanted - listening)
+        for channel in added:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            listening.add(channel)
+        return bool(added)
+
+    async def _renew_listener(self, conn: psycopg.AsyncConnection[Any], channel: str) -> None:
+        """Say (for LISTENER_TTL seconds) that this process listens on ``channel``."""
+        try:
+            await conn.execute(
+                "INSERT INTO tether_listeners (channel, until) "
+                "VALUES (%s, now() + make_interval(secs => %s)) ON CONFLICT (channel) "
+                "DO UPDATE SET until = GREATEST(tether_listeners.until, excluded.until)",
+                (channel, LISTENER_TTL),
+            )
+        except psycopg.Error as exc:
+            if exc.sqlstate is None or exc.sqlstate.startswith("08"):
+                raise
+            # The server refused (read-only after a failover, an older schema): the
+            # waits poll, and the next renewal tries again.
+            log.debug("could not announce the %s listener: %s", channel, exc)
 
     # -- API: tokens, audit log, live feed -------------------------------------------
 

@@ -114,12 +114,24 @@ class Worker:
         self.claimer = Claimer(self)
         self.heartbeater = Heartbeater(self)
         self.completer = Completer(self._store, self.id)
+        # Rescue, the cancellation follow-up, pruning and schedules run on one
+        # maintenance leader at a time.
+        maintenance = self.app.config.maintenance
+        self.leader = LeaderElection(
+            self._store,
+            self.id,
+            ttl=maintenance.leader_ttl,
+            interval=maintenance.leader_renew_interval,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
+        )
         self.rescuer = Rescuer(
             self._store,
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
             interval=self.config.rescue_interval,
             session_grace=self.config.session_dead_after,
+            leader=self.leader,
         )
         self.follow_up = CancellationFollowUp(
             CancellationService(
@@ -130,17 +142,7 @@ class Worker:
             interval=self.config.rescue_interval,
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
-        )
-        # Pruning and schedules run on one maintenance leader at a time; rescue stays
-        # in every worker (see Rescuer).
-        maintenance = self.app.config.maintenance
-        self.leader = LeaderElection(
-            self._store,
-            self.id,
-            ttl=maintenance.leader_ttl,
-            interval=maintenance.leader_renew_interval,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
+            leader=self.leader,
         )
         self.pruner = Pruner(self._store, self.app.config.retention, leader=self.leader)
         self.scheduler = Scheduler(
