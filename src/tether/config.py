@@ -213,9 +213,11 @@ class WorkerConfig:
     def session_dead_after(self) -> float:
         """How stale a heartbeat must be before a worker without a database session is
         presumed dead: ``dead_session_grace``, but never less than
-        ``lease_duration - self_fence_margin``. A live worker cut off from the database
-        looks the same as a dead one, and runs its jobs until then."""
-        return max(self.dead_session_grace, self.lease_duration - self.self_fence_margin)
+        ``lease_duration - self_fence_margin / 2``. A live worker cut off from the
+        database looks the same as a dead one, and runs its jobs until it fences itself
+        at ``lease_duration - self_fence_margin``; half the margin is left as slack for
+        a timer that fires late on a loaded machine."""
+        return max(self.dead_session_grace, self.lease_duration - self.self_fence_margin / 2)
 
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:

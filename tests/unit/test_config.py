@@ -14,11 +14,11 @@ def test_default_worker_settings_recover_a_killed_job_within_15_seconds() -> Non
 
 
 def test_a_lost_session_presumes_a_worker_dead_only_once_it_fenced_itself() -> None:
-    assert WorkerConfig().session_dead_after == 8.0  # 10 s lease - 2 s margin > 6 s grace
+    assert WorkerConfig().session_dead_after == 9.0  # 10 s lease - 2 s margin / 2 > 6 s grace
     cfg = WorkerConfig(
         lease_duration=3.0, heartbeat_interval=0.5, self_fence_margin=0.75, dead_session_grace=2.5
     )
-    assert cfg.session_dead_after == 2.5
+    assert cfg.session_dead_after == 2.625  # it fences itself at 2.25 s
 
 
 @pytest.mark.parametrize(
