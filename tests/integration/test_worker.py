@@ -542,3 +542,24 @@ async def test_default_concurrency_is_higher_when_every_task_is_async(app: App) 
     assert mixed.concurrency == tether.config.THREAD_CONCURRENCY
     assert mixed.threads.size == mixed.concurrency + 4
     assert Worker(app, fast_config(concurrency=7)).concurrency == 7
+
+
+async def test_a_worker_whose_heartbeat_fails_claims_nothing_until_one_gets_through(
+    app: App,
+) -> None:
+    # Its row looks stale then, and if its session is gone too it may be presumed dead
+    # at any moment: what it claimed would be rescued while it ran.
+    @app.task
+    async def noop(ctx: tether.JobContext) -> None:
+        return None
+
+    worker = Worker(app, fast_config())
+    await worker.start(services=False)
+    try:
+        await noop.enqueue()
+        worker.heartbeater.healthy = False  # as a failed heartbeat leaves it
+        assert await worker.claimer.run_once() == 0
+        await worker.heartbeater.run_once()
+        assert await worker.claimer.run_once() == 1
+    finally:
+        await worker.stop()

@@ -50,7 +50,7 @@ class Claimer(Service):
         """Claim and start up to the free slots (at most ``claim_batch``)."""
         w = self.worker
         free = w.free_slots()
-        if w.stopping or free <= 0:
+        if w.stopping or free <= 0 or not w.heartbeater.healthy:
             return 0
         self.idle.clear()
         try:

@@ -30,6 +30,10 @@ class Heartbeater(Service):
     def __init__(self, worker: Worker) -> None:
         cfg = worker.config
         super().__init__(cfg.heartbeat_interval, max_consecutive_errors=10**9, logger=log)
+        # Whether the last heartbeat was written. While it is not, the worker's row
+        # looks stale, and a worker that also lost its session may be presumed dead any
+        # moment: it claims nothing until a heartbeat gets through again.
+        self.healthy = True
         self.worker = worker
         self.last_ok = asyncio.get_running_loop().time()
         self.fenced = False
@@ -62,12 +66,14 @@ class Heartbeater(Service):
             res = call.result()
         except Exception:
             metrics.heartbeat_failed()
+            self.healthy = False
             self._maybe_fence()
             raise
         finally:
             call.cancel()  # a no-op once it is done; never waited for
         self.last_ok = sent
         self.fenced = False
+        self.healthy = True
         w.threads.report()  # in case the write made when it changed failed
         if self.errors:
             # The database answers again: the loops that were backing off (for up to
