@@ -11,7 +11,7 @@ import pytest
 
 import tether
 from tests.helpers import eventually, fast_config
-from tether import App, JobState, RetryPolicy, Worker
+from tether import App, JobState, RetryPolicy, StoreError, Worker
 
 NO_WAIT = RetryPolicy(base_delay=0.0, jitter=0.0)
 
@@ -558,7 +558,8 @@ async def test_a_worker_whose_heartbeat_fails_claims_nothing_until_one_gets_thro
     try:
         await noop.enqueue()
         worker.heartbeater.healthy = False  # as a failed heartbeat leaves it
-        assert await worker.claimer.run_once() == 0
+        with pytest.raises(StoreError, match="heartbeat is failing"):
+            await worker.claimer.run_once()
         await worker.heartbeater.run_once()
         assert await worker.claimer.run_once() == 1
     finally:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from tether.errors import StoreError
 from tether.service import Service
 from tether.worker.ramp import Ramp
 
@@ -50,8 +51,13 @@ class Claimer(Service):
         """Claim and start up to the free slots (at most ``claim_batch``)."""
         w = self.worker
         free = w.free_slots()
-        if w.stopping or free <= 0 or not w.heartbeater.healthy:
+        if w.stopping or free <= 0:
             return 0
+        if not w.heartbeater.healthy:
+            # The worker's row looks stale while its heartbeats fail, and once its
+            # session is gone too it may be presumed dead at any moment: what it claimed
+            # would be rescued while it ran. A failed round, so the loop backs off.
+            raise StoreError("not claiming: the worker's heartbeat is failing")
         self.idle.clear()
         try:
             return await self._claim(free)
