@@ -278,6 +278,9 @@ class Worker:
             await self.leader.resign()  # another worker leads at its next round
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, "stopped")
+        # A report of the thread pool's state may still be on its way: none may outlive
+        # the worker (its loop may close right after).
+        await asyncio.gather(*self.threads._reports, return_exceptions=True)
         self.threads.pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped", self.id)
         self._done.set()
