@@ -34,7 +34,6 @@ from tether.errors import ConfigError, InvalidJobError, JobNotFoundError, StoreE
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
-    AuditEntry,
     Beat,
     CancellationRow,
     ControlRequest,
@@ -48,7 +47,6 @@ from tether.job import (
     Outcome,
     QueueInfo,
     RateLimitInfo,
-    TokenInfo,
     WorkerInfo,
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
@@ -56,6 +54,9 @@ from tether.procinfo import PidSpace, pid_space
 from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import ProcessGone, check_dependencies, load_migrations
+from tether.store.common import SqlStore
+from tether.store.driver import Body, T
+from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx, chunks
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -66,17 +67,11 @@ from tether.store.rows import (
     job_from_tuple,
     worker_process,
 )
+from tether.store.sql import postgres as pg_sql
 
 log = logging.getLogger("tether.store")
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 
-CHANNELS = {
-    "tether_enqueued": h.ENQUEUED,
-    "tether_control": h.CONTROL,
-    "tether_cancel": h.CANCEL,
-    "tether_changed": h.CHANGED,
-}
-SERVER_CHANNELS = {hint: channel for channel, hint in CHANNELS.items()}
 # Transitions notify ``tether_changed`` only while some process says it listens there
 # (a row in ``tether_listeners``, renewed every LISTENER_RENEW seconds, valid for
 # LISTENER_TTL): a notifying commit takes a server-wide lock, which a fleet of workers
@@ -90,7 +85,6 @@ LISTEN_SYNC = 0.2
 LISTEN_PING = 1.0
 MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
-NOTIFY_MAX = 7000  # bytes per payload, under PostgreSQL's 8000
 FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 # Errors after which a connection is not reused, nor any other connection the pool
 # opened before: the server changed under them. 25006: read-only (a failover to a
@@ -379,19 +373,6 @@ RETURNING id
 """
 
 
-def _chunks(ids: Sequence[str]) -> list[str]:
-    """Comma-joined payloads that each fit in one NOTIFY."""
-    out, cur = [], ""
-    for i in ids:
-        if cur and len(cur) + len(i) + 1 > NOTIFY_MAX:
-            out.append(cur)
-            cur = ""
-        cur = f"{cur},{i}" if cur else i
-    if cur:
-        out.append(cur)
-    return out
-
-
 def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[Any]]:
     """:data:`Q_ENQUEUE`'s arrays from (id or None, job, first state, has dependents)."""
     cols: list[list[Any]] = [[] for _ in range(18)]
@@ -557,10 +538,12 @@ POOL_LOG_THROTTLE = LogThrottle(LOG_EVERY)
 logging.getLogger("psycopg.pool").addFilter(POOL_LOG_THROTTLE)
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """A :class:`~tether.store.base.Store` on PostgreSQL."""
 
     dialect = "postgresql"
+    sql = pg_sql
+    _api = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)
 
     def __init__(self, url: str, config: StoreConfig | None = None) -> None:
         self.url = url
@@ -672,6 +655,17 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"postgresql: {exc}") from exc
 
+    async def _query(self, body: Body[T]) -> T:
+        async with self._conn() as conn:
+            return await body(PostgresTx(conn))
+
+    async def _change(self, body: Body[T]) -> T:
+        return await self._query(body)
+
+    async def _transact(self, body: Body[T]) -> T:
+        async with self._conn() as conn, conn.transaction():
+            return await body(PostgresTx(conn))
+
     @contextlib.asynccontextmanager
     async def _bounded(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
         """Run a call on ``conn`` under a :class:`_Deadline`; a connection that failed
@@ -746,7 +740,7 @@ class PostgresStore:
     async def _notify(
         self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]
     ) -> None:
-        for payload in _chunks(ids):
+        for payload in chunks(ids):
             await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     # -- schema --------------------------------------------------------------------------
@@ -1682,66 +1676,6 @@ class PostgresStore:
 
     # -- API: tokens, audit log, live feed -------------------------------------------
 
-    async def create_token(self, name: str, role: str, token_hash: str) -> TokenInfo | None:
-        async with self._conn() as conn:
-            # The partial unique index on active names turns a taken name into no row.
-            cur = await conn.execute(
-                "INSERT INTO tether_tokens (name, role, token_hash) VALUES (%s, %s, %s) "
-                "ON CONFLICT DO NOTHING RETURNING *",
-                (name, role, token_hash),
-            )
-            row = await cur.fetchone()
-        return _API.token(row) if row else None
-
-    async def list_tokens(self) -> list[TokenInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT * FROM tether_tokens ORDER BY id")
-            return [_API.token(r) for r in await cur.fetchall()]
-
-    async def revoke_token(self, name: str) -> bool:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "UPDATE tether_tokens SET revoked_at = now() "
-                "WHERE name = %s AND revoked_at IS NULL",
-                (name,),
-            )
-            return cur.rowcount > 0
-
-    async def find_token(self, token_hash: str) -> TokenInfo | None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT * FROM tether_tokens WHERE token_hash = %s AND revoked_at IS NULL",
-                (token_hash,),
-            )
-            row = await cur.fetchone()
-        return _API.token(row) if row else None
-
-    async def append_audit(
-        self,
-        actor: str,
-        action: str,
-        target: str | None,
-        result: str,
-        request_id: str | None,
-        detail: str | None,
-    ) -> AuditEntry:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "INSERT INTO tether_audit (actor, action, target, result, request_id, detail) "
-                "VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
-                (actor, action, target, result, request_id, detail),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        return _API.audit(row)
-
-    async def list_audit(self, limit: int, offset: int) -> list[AuditEntry]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT * FROM tether_audit ORDER BY id DESC LIMIT %s OFFSET %s", (limit, offset)
-            )
-            return [_API.audit(r) for r in await cur.fetchall()]
-
     async def feed(
         self,
         after_id: int,
@@ -1770,7 +1704,7 @@ class PostgresStore:
         params.append(limit)
         async with self._conn() as conn:
             cur = await conn.execute(query, params)
-            return [_API.feed(r) for r in await cur.fetchall()]
+            return [self._api.feed(r) for r in await cur.fetchall()]
 
     async def last_event_id(self) -> int:
         async with self._conn() as conn:
@@ -2007,6 +1941,9 @@ class _BlockingFace:
     async def execute(self, query: Any, params: Any = None) -> _BlockingCursor:
         return _BlockingCursor(self._conn.execute(query, params))
 
+    def cursor(self, row_factory: Any) -> _BlockingCursor:
+        return _BlockingCursor(self._conn.cursor(row_factory=row_factory))
+
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         with self._conn.transaction():
@@ -2017,14 +1954,19 @@ class _BlockingCursor:
     def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self._cur = cur
 
+    @property
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+    async def execute(self, query: Any, params: Any = None) -> _BlockingCursor:
+        self._cur.execute(query, params)
+        return self
+
     async def fetchall(self) -> list[Any]:
         return self._cur.fetchall()
 
     async def fetchone(self) -> Any:
         return self._cur.fetchone()
-
-
-_API = ApiRowReader(RowReader(text_json=False, epoch_times=False), epoch_times=False)
 
 
 # Take the lease if it is free or ran out; renew it if it is ours.

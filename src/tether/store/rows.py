@@ -78,6 +78,10 @@ class RowReader:
         self._list: Callable[[Any], Any] = _loads if text_json else _identity
         self._time: Callable[[Any], datetime | None] = epoch_to_dt if epoch_times else _identity
 
+    def time(self, value: Any) -> datetime | None:
+        """A time column as tether hands it out: an aware UTC datetime, or ``None``."""
+        return self._time(value)
+
     def job(self, row: Row) -> Job:
         """A :class:`Job` from a ``tether_jobs`` row."""
         t, j = self._time, self._json

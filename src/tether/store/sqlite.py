@@ -26,7 +26,6 @@ from tether.errors import InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
-    AuditEntry,
     Beat,
     CancellationRow,
     ControlRequest,
@@ -40,7 +39,6 @@ from tether.job import (
     Outcome,
     QueueInfo,
     RateLimitInfo,
-    TokenInfo,
     WorkerInfo,
 )
 from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
@@ -48,6 +46,8 @@ from tether.procinfo import PidSpace, pid_space
 from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import ProcessGone, check_dependencies, load_migrations
+from tether.store.common import SqlStore
+from tether.store.driver import Body, run_inline
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -58,6 +58,8 @@ from tether.store.rows import (
     epoch_to_dt,
     worker_process,
 )
+from tether.store.sql import sqlite as sqlite_sql
+from tether.store.sqlite_tx import SqliteTx
 
 T = TypeVar("T")
 
@@ -107,10 +109,12 @@ def _tuples(conn: sqlite3.Connection) -> sqlite3.Cursor:
     return cur
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     """A :class:`~tether.store.base.Store` on one SQLite file."""
 
     dialect = "sqlite"
+    sql = sqlite_sql
+    _api = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
 
     def __init__(
         self, url: str, path: str, *, busy_timeout: float = 30.0, synchronous: str = "normal"
@@ -226,6 +230,27 @@ class SqliteStore:
 
     async def _write_async(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._call(self._write, fn)
+
+    async def _query(self, body: Body[T]) -> T:
+        def run() -> tuple[T, SqliteTx]:
+            tx = SqliteTx(self._db())
+            return run_inline(body(tx)), tx
+
+        out, tx = await self._call(run)
+        tx.announce(self.hints)
+        return out
+
+    async def _change(self, body: Body[T]) -> T:
+        return await self._transact(body)
+
+    async def _transact(self, body: Body[T]) -> T:
+        def run(conn: sqlite3.Connection) -> tuple[T, SqliteTx]:
+            tx = SqliteTx(conn)
+            return run_inline(body(tx)), tx
+
+        out, tx = await self._write_async(run)
+        tx.announce(self.hints)
+        return out
 
     def _jobs_by_ids(self, conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
         found: dict[int, Job] = {}
@@ -1418,78 +1443,6 @@ class SqliteStore:
 
     # -- API: tokens, audit log, live feed -------------------------------------------
 
-    async def create_token(self, name: str, role: str, token_hash: str) -> TokenInfo | None:
-        def run(conn: sqlite3.Connection) -> TokenInfo | None:
-            # The partial unique index on active names turns a taken name into no row.
-            row = conn.execute(
-                "INSERT INTO tether_tokens (name, role, token_hash, created_at) "
-                f"VALUES (?, ?, ?, {NOW}) ON CONFLICT DO NOTHING RETURNING *",
-                (name, role, token_hash),
-            ).fetchone()
-            return _API.token(row) if row else None
-
-        return await self._write_async(run)
-
-    async def list_tokens(self) -> list[TokenInfo]:
-        def run() -> list[TokenInfo]:
-            rows = self._db().execute("SELECT * FROM tether_tokens ORDER BY id")
-            return [_API.token(r) for r in rows]
-
-        return await self._call(run)
-
-    async def revoke_token(self, name: str) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                f"UPDATE tether_tokens SET revoked_at = {NOW} "
-                "WHERE name = ? AND revoked_at IS NULL",
-                (name,),
-            )
-            return cur.rowcount > 0
-
-        return await self._write_async(run)
-
-    async def find_token(self, token_hash: str) -> TokenInfo | None:
-        def run() -> TokenInfo | None:
-            row = (
-                self._db()
-                .execute(
-                    "SELECT * FROM tether_tokens WHERE token_hash = ? AND revoked_at IS NULL",
-                    (token_hash,),
-                )
-                .fetchone()
-            )
-            return _API.token(row) if row else None
-
-        return await self._call(run)
-
-    async def append_audit(
-        self,
-        actor: str,
-        action: str,
-        target: str | None,
-        result: str,
-        request_id: str | None,
-        detail: str | None,
-    ) -> AuditEntry:
-        def run(conn: sqlite3.Connection) -> AuditEntry:
-            row = conn.execute(
-                "INSERT INTO tether_audit (at, actor, action, target, result, request_id, "
-                f"detail) VALUES ({NOW}, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (actor, action, target, result, request_id, detail),
-            ).fetchone()
-            return _API.audit(row)
-
-        return await self._write_async(run)
-
-    async def list_audit(self, limit: int, offset: int) -> list[AuditEntry]:
-        def run() -> list[AuditEntry]:
-            rows = self._db().execute(
-                "SELECT * FROM tether_audit ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)
-            )
-            return [_API.audit(r) for r in rows]
-
-        return await self._call(run)
-
     async def feed(
         self,
         after_id: int,
@@ -1517,7 +1470,7 @@ class SqliteStore:
         params.append(limit)
 
         def run() -> list[FeedEvent]:
-            return [_API.feed(r) for r in self._db().execute(sql, params)]
+            return [self._api.feed(r) for r in self._db().execute(sql, params)]
 
         return await self._call(run)
 
@@ -1820,9 +1773,6 @@ class CallerSqliteStore(SqliteStore):
             raise
         conn.execute("RELEASE tether_enqueue")
         return out
-
-
-_API = ApiRowReader(RowReader(text_json=True, epoch_times=True), epoch_times=True)
 
 
 def _rate_limit(bucket: str, per_second: float, burst: int, tokens: float) -> RateLimitInfo:

@@ -1,0 +1,43 @@
+"""What every shared store method may use: the dialect's SQL, its row readers and its
+transactions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from types import ModuleType
+from typing import Any
+
+from tether.hints import Hints
+from tether.store.api_rows import ApiRowReader
+from tether.store.driver import Body, T
+from tether.store.rows import RowReader
+
+
+class SqlBase:
+    """The dialect's parts, which each store sets in its ``__init__``."""
+
+    dialect: str
+    #: The dialect's named queries: a package whose modules mirror :mod:`tether.store.common`.
+    sql: ModuleType
+    hints: Hints
+    _rows: RowReader
+    _api: ApiRowReader
+
+    async def _query(self, body: Body[T]) -> T:
+        """Run ``body`` with statements that each commit on their own (reads)."""
+        raise NotImplementedError
+
+    async def _change(self, body: Body[T]) -> T:
+        """Run ``body``, whose statements write, each atomic on its own: on PostgreSQL
+        without a transaction block (no BEGIN and COMMIT round trips), on SQLite under
+        the write lock. For a body of one statement, or of several that need not commit
+        together."""
+        raise NotImplementedError
+
+    async def _transact(self, body: Body[T]) -> T:
+        """Run ``body`` in one write transaction: all of it commits, or none."""
+        raise NotImplementedError
+
+    def _time(self, value: Any) -> datetime | None:
+        """A time column as tether hands it out (an aware UTC datetime)."""
+        return self._rows.time(value)

@@ -1,0 +1,5 @@
+"""SQLite's named queries (see :mod:`tether.store.sql`). Times are Unix seconds (``NOW``)."""
+
+from tether.store.sql.sqlite import auth
+
+__all__ = ["auth"]

@@ -1,0 +1,13 @@
+"""Pieces of SQLite SQL that several queries share."""
+
+from tether.states import TERMINAL
+
+# Unix seconds, as SQLite keeps every time.
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
+LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
+
+
+def each(name: str) -> str:
+    """The values of the list parameter ``name`` (sent as JSON text), as a subquery."""
+    return f"(SELECT value FROM json_each(:{name}))"
