@@ -47,7 +47,7 @@ from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.base import ProcessGone, check_dependencies, load_migrations
 from tether.store.common import SqlStore
-from tether.store.driver import Body, run_inline
+from tether.store.driver import Body, Tx, run_inline
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
@@ -60,6 +60,7 @@ from tether.store.rows import (
 )
 from tether.store.sql import sqlite as sqlite_sql
 from tether.store.sqlite_tx import SqliteTx
+from tether.store.sqlite_workflow import propagate
 
 T = TypeVar("T")
 
@@ -1205,103 +1206,14 @@ class SqliteStore(SqlStore):
 
     # -- workflows -----------------------------------------------------------------------
 
-    def _propagate(self, conn: sqlite3.Connection, changed: list[int]) -> None:
-        """The workflow consequences of transitions, in the same transaction.
+    async def _after_transitions(self, tx: Tx, changed: list[int]) -> None:
+        await propagate(tx, changed)
 
-        The same rules as the PostgreSQL trigger (``tether_workflow_step``), applied
-        until nothing more changes: orphaned children of finished parents are cancelled
-        (a running one with its lease revoked); everything downstream of a failed job,
-        or of one cancelled with cascade, is cancelled; dependents whose dependencies
-        all succeeded are queued; waiting parents whose children all ended are queued.
-        """
-        pending = list(changed)
-        while pending:
-            ids, pending = pending, []
-            self.hints.publish(h.CHANGED, [str(i) for i in ids])
-            rows = conn.execute(
-                "SELECT id, state, cancel_cascade, has_children, has_dependents, "
-                "parent_id IS NOT NULL OR waiting_children "
-                f"FROM tether_jobs WHERE id IN {EACH}",
-                (json.dumps(ids),),
-            ).fetchall()
-            # The rows' own flags say which steps have anything to do.
-            done = [r[0] for r in rows if r[3] and r[1] in ("succeeded", "failed")]
-            roots = [
-                r[0]
-                for r in rows
-                if (r[3] or r[4]) and (r[1] == "failed" or (r[1] == "cancelled" and r[2]))
-            ]
-            if done:
-                pending += [
-                    r[0]
-                    for r in conn.execute(
-                        "UPDATE tether_jobs SET state = 'cancelled', "
-                        f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
-                        "cancel_reason = COALESCE(cancel_reason, 'parent job completed'), "
-                        "lease_token = lease_token + (state = 'running'), "
-                        f"lease_expires_at = NULL, finished_at = {NOW}, actor = 'tether', "
-                        "reason = 'parent job completed' "
-                        f"WHERE parent_id IN {EACH} AND state IN ({LIVE_SQL}) RETURNING id",
-                        (json.dumps(done),),
-                    )
-                ]
-            if roots:
-                hit = conn.execute(
-                    f"WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(?) "
-                    "UNION SELECT d.job_id FROM tether_dependencies d JOIN reach r "
-                    "ON d.depends_on = r.id "
-                    "UNION SELECT c.id FROM tether_jobs c JOIN reach r ON c.parent_id = r.id) "
-                    "UPDATE tether_jobs SET "
-                    "state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END, "
-                    f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
-                    "cancel_reason = COALESCE(cancel_reason, "
-                    "'an upstream job was cancelled or failed'), "
-                    f"finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {NOW} END, "
-                    "actor = 'tether', reason = 'an upstream job was cancelled or failed' "
-                    f"WHERE id IN (SELECT id FROM reach) AND id NOT IN {EACH} "
-                    f"AND state IN ({LIVE_SQL}) RETURNING id, state",
-                    (json.dumps(roots), json.dumps(roots)),
-                ).fetchall()
-                self.hints.publish(h.CONTROL, [str(r[0]) for r in hit if r[1] == "running"])
-                pending += [r[0] for r in hit if r[1] != "running"]
-            succeeded = [r[0] for r in rows if r[4] and r[1] == "succeeded"]
-            if succeeded:
-                pending += [
-                    r[0]
-                    for r in conn.execute(
-                        f"UPDATE tether_jobs SET state = 'queued', run_at = {NOW}, "
-                        "actor = 'tether', reason = 'dependencies succeeded' "
-                        "WHERE state = 'blocked' AND NOT waiting_children AND id IN "
-                        f"(SELECT job_id FROM tether_dependencies WHERE depends_on IN {EACH}) "
-                        "AND NOT EXISTS (SELECT 1 FROM "
-                        "tether_dependencies d JOIN tether_jobs up ON up.id = d.depends_on "
-                        "WHERE d.job_id = tether_jobs.id AND up.state <> 'succeeded') "
-                        "RETURNING id",
-                        (json.dumps(succeeded),),
-                    )
-                ]
-            linked = any(r[5] for r in rows)
-            released = [
-                r[0]
-                for r in (
-                    ()
-                    if not linked
-                    else conn.execute(
-                        "UPDATE tether_jobs SET state = 'queued', waiting_children = 0, "
-                        f"run_at = {NOW}, actor = 'tether', "
-                        "reason = 'children finished; phase ' || COALESCE(phase, 'ingest') "
-                        f"WHERE state = 'blocked' AND waiting_children AND (id IN {EACH} OR id IN "
-                        f"(SELECT parent_id FROM tether_jobs WHERE id IN {EACH})) "
-                        "AND NOT EXISTS (SELECT 1 FROM tether_jobs c "
-                        f"WHERE c.parent_id = tether_jobs.id AND c.state IN ({LIVE_SQL})) "
-                        "RETURNING id",
-                        (json.dumps(ids), json.dumps(ids)),
-                    )
-                )
-            ]
-            pending += released
-            if released or succeeded:
-                self.hints.publish(h.ENQUEUED, [h.ANY])
+    def _propagate(self, conn: sqlite3.Connection, changed: list[int]) -> None:
+        """The old synchronous entry, for code not yet written over a Tx."""
+        tx = SqliteTx(conn)
+        run_inline(propagate(tx, changed))
+        tx.announce(self.hints)
 
     async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
         def run(conn: sqlite3.Connection) -> Job | None:

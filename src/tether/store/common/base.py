@@ -9,7 +9,7 @@ from typing import Any
 
 from tether.hints import Hints
 from tether.store.api_rows import ApiRowReader
-from tether.store.driver import Body, T
+from tether.store.driver import Body, T, Tx
 from tether.store.rows import RowReader
 
 
@@ -37,6 +37,13 @@ class SqlBase:
     async def _transact(self, body: Body[T]) -> T:
         """Run ``body`` in one write transaction: all of it commits, or none."""
         raise NotImplementedError
+
+    async def _after_transitions(self, tx: Tx, changed: list[int]) -> None:
+        """The workflow consequences of state changes of ``changed``, in ``tx``.
+
+        Nothing by default: PostgreSQL's transition trigger applies them inside the
+        statement. SQLite's store overrides this (:mod:`tether.store.sqlite_workflow`).
+        """
 
     def _time(self, value: Any) -> datetime | None:
         """A time column as tether hands it out (an aware UTC datetime)."""

@@ -1,5 +1,5 @@
 """SQLite's named queries (see :mod:`tether.store.sql`). Times are Unix seconds (``NOW``)."""
 
-from tether.store.sql.sqlite import auth
+from tether.store.sql.sqlite import auth, fragments, workflow
 
-__all__ = ["auth"]
+__all__ = ["auth", "fragments", "workflow"]
