@@ -3,11 +3,14 @@ transactions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from types import ModuleType
 from typing import Any
 
+from tether.errors import JobNotFoundError
 from tether.hints import Hints
+from tether.job import Job
 from tether.store.api_rows import ApiRowReader
 from tether.store.driver import Body, T, Tx
 from tether.store.rows import RowReader
@@ -44,6 +47,19 @@ class SqlBase:
         Nothing by default: PostgreSQL's transition trigger applies them inside the
         statement. SQLite's store overrides this (:mod:`tether.store.sqlite_workflow`).
         """
+
+    async def _jobs(self, tx: Tx, ids: Sequence[int]) -> dict[int, Job]:
+        """The jobs of ``ids`` that exist, by id."""
+        rows = await tx.tuples(self.sql.rows.JOBS_BY_IDS, {"ids": list(ids)})
+        jobs = (self._rows.job_from_tuple(r) for r in rows)
+        return {job.id: job for job in jobs}
+
+    async def _job(self, tx: Tx, job_id: int) -> Job:
+        """The job ``job_id``; :class:`~tether.errors.JobNotFoundError` if there is none."""
+        job = (await self._jobs(tx, [job_id])).get(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return job
 
     def _time(self, value: Any) -> datetime | None:
         """A time column as tether hands it out (an aware UTC datetime)."""

@@ -1,5 +1,5 @@
 """PostgreSQL's named queries (see :mod:`tether.store.sql`)."""
 
-from tether.store.sql.postgres import auth
+from tether.store.sql.postgres import auth, fragments, rows
 
-__all__ = ["auth"]
+__all__ = ["auth", "fragments", "rows"]

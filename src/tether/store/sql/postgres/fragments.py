@@ -5,3 +5,13 @@ from tether.states import ACTIVE, TERMINAL
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
 LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
+
+
+def param(name: str) -> str:
+    """The placeholder of the named parameter ``name``."""
+    return f"%({name})s"
+
+
+def in_list(column: str, name: str) -> str:
+    """``column`` is one of the values of the list parameter ``name`` (an array)."""
+    return f"{column} = ANY(%({name})s)"

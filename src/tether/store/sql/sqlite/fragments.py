@@ -11,3 +11,13 @@ LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
 def each(name: str) -> str:
     """The values of the list parameter ``name`` (sent as JSON text), as a subquery."""
     return f"(SELECT value FROM json_each(:{name}))"
+
+
+def param(name: str) -> str:
+    """The placeholder of the named parameter ``name``."""
+    return f":{name}"
+
+
+def in_list(column: str, name: str) -> str:
+    """``column`` is one of the values of the list parameter ``name``."""
+    return f"{column} IN {each(name)}"

@@ -1,0 +1,5 @@
+"""Reading jobs by id (see :class:`tether.store.common.base.SqlBase`)."""
+
+from tether.store.rows import JOB_COLUMNS
+
+JOBS_BY_IDS = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = ANY(%(ids)s::bigint[])"
