@@ -1163,8 +1163,9 @@ class PostgresStore(SqlStore):
         space = pid_space() if space is None else space
         await self.listen()
         if self._listen_dsn is not None:
-            # The session whose end tells that the worker died (see Q_DEAD_SESSIONS),
-            # listening on the worker's channels before its first claim.
+            # The session whose end tells that the worker died (see DEAD_SESSIONS in
+            # sql/postgres/maintenance.py), listening on the worker's channels before its
+            # first claim.
             self._sticky |= {"tether_enqueued", "tether_control", "tether_cancel"}
             await asyncio.wait_for(self._listening_on(self._sticky), 10)
         self._workers.add(worker_id)
