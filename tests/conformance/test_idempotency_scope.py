@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tether.store import Store, postgres, sqlite
+from tether.store import Store
 from tether.store.base import load_migrations
+from tether.store.common import schema as schema_sql
 
 from .support import new_job
 
@@ -25,12 +26,11 @@ async def test_keys_stored_before_the_scope_are_scoped_by_their_owner(
 ) -> None:
     # A database as it was before: every migration but the scoping one (later ones too,
     # since the code that writes the old rows expects their columns).
-    for module in (sqlite, postgres):
-        monkeypatch.setattr(
-            module,
-            "load_migrations",
-            lambda d: [m for m in load_migrations(d) if m.version != SCOPED],
-        )
+    monkeypatch.setattr(
+        schema_sql,
+        "load_migrations",
+        lambda d: [m for m in load_migrations(d) if m.version != SCOPED],
+    )
     old = make_store()
     await old.open()
     await old.migrate()

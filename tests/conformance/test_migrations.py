@@ -11,9 +11,8 @@ import pytest
 from tether import App, AppConfig, SchemaVersionError
 from tether.states import transition_pairs
 from tether.store import Store, base
-from tether.store import postgres as postgres_store
-from tether.store import sqlite as sqlite_store
 from tether.store.base import load_migrations
+from tether.store.common import schema as schema_sql
 
 from .support import Db, new_job
 
@@ -123,7 +122,7 @@ async def test_a_process_that_may_not_migrate_refuses_a_database_behind_its_code
     newer = max(shipped(s)) + 1
     extra = base.Migration(newer, f"{newer:04d}_probe.sql", "CREATE TABLE tether_probe (x INT);")
     with_extra = [*load_migrations("sqlite" if db.dialect == "sqlite" else "postgres"), extra]
-    for module in (base, sqlite_store, postgres_store):
+    for module in (base, schema_sql):
         monkeypatch.setattr(module, "load_migrations", lambda _d: with_extra)
     app = App(db.url, config=AppConfig(auto_migrate=False))
     with pytest.raises(SchemaVersionError, match=rf"migration\(s\) {newer} "):
@@ -169,7 +168,7 @@ async def test_a_process_whose_migration_fails_refuses_to_start_and_changes_noth
         broken = base.Migration(9998, "9998_broken.sql", "CREATE TABLE tether_jobs (x INT);")
         return [*ship(dialect), broken]
 
-    for module in (base, sqlite_store, postgres_store):
+    for module in (base, schema_sql):
         monkeypatch.setattr(module, "load_migrations", with_broken)
     app = App(db.url)
     with pytest.raises(SchemaVersionError, match=r"cannot apply migration\(s\) 9998 "):

@@ -13,7 +13,8 @@ from tests.helpers import eventually, fast_config
 from tether import App, JobState, Worker
 from tether import hints as h
 from tether.store import create_store
-from tether.store.postgres import Q_RESCUE, PostgresStore
+from tether.store.postgres import PostgresStore
+from tether.store.sql.postgres.maintenance import RESCUE as Q_RESCUE
 
 pytestmark = pytest.mark.postgres
 

@@ -18,7 +18,6 @@ import struct
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
 from typing import Any, LiteralString
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -49,11 +48,10 @@ from tether.job import (
     RateLimitInfo,
     WorkerInfo,
 )
-from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.procinfo import PidSpace, pid_space
 from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
-from tether.store.base import ProcessGone, check_dependencies, load_migrations
+from tether.store.base import check_dependencies
 from tether.store.common import SqlStore
 from tether.store.driver import Body, T
 from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx, chunks
@@ -61,11 +59,9 @@ from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
     JOB_COLUMNS,
-    RESCUE_STATE,
     RowReader,
     effective_state,
     job_from_tuple,
-    worker_process,
 )
 from tether.store.sql import postgres as pg_sql
 
@@ -83,7 +79,6 @@ LISTENER_TTL = 30.0
 # listened to within this), and how often it checks the connection with a round trip.
 LISTEN_SYNC = 0.2
 LISTEN_PING = 1.0
-MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 # Errors after which a connection is not reused, nor any other connection the pool
@@ -273,60 +268,6 @@ WHERE id = %(id)s AND state = 'failed'
 RETURNING {JOB_COLUMNS}
 """
 
-Q_RESCUE: LiteralString = f"""
--- Only workers that beat within the last hour: the rows of workers long dead (kept
--- until the pruner reaps them) would otherwise be read at every pass. A job of a worker
--- silent for longer has an expired lease anyway, unless its leases outlast an hour,
--- and then the lease's end hands it back.
-WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead'
-              AND heartbeat_at > now() - interval '1 hour')
-UPDATE tether_jobs SET state = {RESCUE_STATE},
-    lease_token = lease_token + 1, lease_expires_at = NULL,
-    -- Recovered work that has a checkpoint goes first: back to its place in line. Other
-    -- recovered work goes to the back of the line, behind every job already waiting
-    -- (even one stamped with the same instant), so the order never rests on timing.
-    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at)
-             ELSE GREATEST(now(), (SELECT max(w.run_at) FROM tether_jobs w
-                                   WHERE w.state IN ('queued', 'retrying')
-                                   AND w.run_at <= now()) + interval '1 microsecond') END,
-    finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
-    error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt '
-            || attempt || '/' || max_attempts || ')',
-    actor = 'rescuer',
-    -- Smart phase recovery: a later phase without children (the crash came between
-    -- the phase change and the spawns) starts again from the first phase.
-    phase = CASE WHEN phase IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id) THEN NULL
-            ELSE phase END,
-    reason = CASE WHEN cancel_requested_at IS NOT NULL THEN 'rescued with a pending cancel'
-             WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause'
-             WHEN worker_id IN (SELECT id FROM dead) THEN 'worker dead'
-             ELSE 'lease expired' END
-             || CASE WHEN phase IS NULL THEN ''
-                WHEN EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
-                THEN '; staying in phase ' || phase || ' ('
-                     || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
-                     || ' children found)'
-                ELSE '; reset to the ingest phase (no children found)' END
--- The candidates: running jobs whose lease expired (through the partial index of running
--- jobs; one pass a second for the fleet, on the maintenance leader), and the running
--- jobs of recently dead workers, looked up by worker. Their rows are then locked in id
--- order and the conditions checked again.
-WHERE id IN (SELECT id FROM tether_jobs
-             WHERE id = ANY(ARRAY(
-                 SELECT id FROM tether_jobs WHERE state = 'running' AND lease_expires_at < now()
-                 UNION ALL
-                 -- OFFSET 0 keeps this a lookup per dead worker (of the running jobs'
-                 -- index by worker), never a join that reads every running job.
-                 SELECT j.id FROM dead, LATERAL (
-                     SELECT id FROM tether_jobs
-                     WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
-             AND state = 'running'
-             AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
-             ORDER BY id FOR UPDATE)
-RETURNING {JOB_COLUMNS}
-"""
-
 Q_SPAWN: LiteralString = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
                          owner, idempotency_key, actor, budget, limits, parent_id)
@@ -362,14 +303,6 @@ UPDATE tether_jobs SET state = 'cancelled',
     finished_at = now(), actor = %(actor)s, reason = 'parent job deleted'
 WHERE parent_id = %(parent)s AND state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
 RETURNING {JOB_COLUMNS}
-"""
-
-Q_DEAD_SESSIONS: LiteralString = """
-UPDATE tether_workers SET state = 'dead'
-WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
-  AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
-  AND heartbeat_at < now() - make_interval(secs => %s)
-RETURNING id
 """
 
 
@@ -742,51 +675,6 @@ class PostgresStore(SqlStore):
     ) -> None:
         for payload in chunks(ids):
             await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
-
-    # -- schema --------------------------------------------------------------------------
-
-    async def schema_version(self) -> int:
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT to_regclass('tether_migrations') AS t")
-            row = await cur.fetchone()
-            if row is None or row["t"] is None:
-                return 0
-            cur = await conn.execute("SELECT COALESCE(MAX(version), 0) AS v FROM tether_migrations")
-            row = await cur.fetchone()
-            return int(row["v"]) if row else 0
-
-    async def applied_migrations(self) -> set[int]:
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT to_regclass('tether_migrations') AS t")
-            row = await cur.fetchone()
-            if row is None or row["t"] is None:
-                return set()
-            cur = await conn.execute("SELECT version FROM tether_migrations")
-            return {int(r["version"]) for r in await cur.fetchall()}
-
-    async def migrate(self) -> list[int]:
-        async with self._conn() as conn, conn.transaction():
-            # Several workers may start at once; one migrates, the others wait and see.
-            # A migration may take long (an index on a big table): no statement timeout.
-            await conn.execute("SET LOCAL statement_timeout = 0")
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS tether_migrations (version INTEGER PRIMARY KEY, "
-                "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            cur = await conn.execute("SELECT version FROM tether_migrations")
-            done = {r["version"] for r in await cur.fetchall()}
-            applied = []
-            for mig in load_migrations("postgres"):
-                if mig.version in done:
-                    continue
-                await conn.execute(sql.SQL(mig.sql))  # type: ignore[arg-type,unused-ignore]
-                await conn.execute(
-                    "INSERT INTO tether_migrations (version, name) VALUES (%s, %s)",
-                    (mig.version, mig.name),
-                )
-                applied.append(mig.version)
-            return applied
 
     # -- producers and readers -----------------------------------------------------------
 
@@ -1275,8 +1163,9 @@ class PostgresStore(SqlStore):
         space = pid_space() if space is None else space
         await self.listen()
         if self._listen_dsn is not None:
-            # The session whose end tells that the worker died (see Q_DEAD_SESSIONS),
-            # listening on the worker's channels before its first claim.
+            # The session whose end tells that the worker died (see DEAD_SESSIONS in
+            # sql/postgres/maintenance.py), listening on the worker's channels before its
+            # first claim.
             self._sticky |= {"tether_enqueued", "tether_control", "tether_cancel"}
             await asyncio.wait_for(self._listening_on(self._sticky), 10)
         self._workers.add(worker_id)
@@ -1423,28 +1312,6 @@ class PostgresStore(SqlStore):
                 cur = await conn.execute(Q_FINISH, args)
                 accepted.update(r["id"] for r in await cur.fetchall())
         return accepted
-
-    # -- maintenance ---------------------------------------------------------------------
-
-    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
-                "WHERE state IN ('active', 'draining')"
-            )
-            dead = [r["id"] for r in await cur.fetchall() if process_gone(worker_process(r))]
-            if dead:
-                await conn.execute(
-                    "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%s)", (dead,)
-                )
-            cur = await conn.execute(Q_DEAD_SESSIONS, (session_grace,))
-            dead.extend(r["id"] for r in await cur.fetchall())
-        return dead
-
-    async def rescue(self) -> list[Job]:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(Q_RESCUE)
-            return [self._rows.job(r) for r in await cur.fetchall()]
 
     # -- workflows -----------------------------------------------------------------------
 
@@ -1723,161 +1590,6 @@ class PostgresStore(SqlStore):
             )
             return [self._rows.cancellation(r) for r in await cur.fetchall()]
 
-    # -- maintenance: the leader's lease and retention ---------------------------------
-
-    async def db_time(self) -> datetime:
-        """The database clock, which leases and schedules go by."""
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT now() AS now")
-            row = await cur.fetchone()
-        assert row is not None
-        now: datetime = row["now"]
-        return now
-
-    async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
-        async with self._conn() as conn:
-            await conn.execute(Q_LEAD, {"name": name, "holder": holder, "ttl": ttl})
-            info = await self._leader(conn, name)
-        assert info is not None
-        return info
-
-    async def _leader(self, conn: Conn, name: str) -> LeaderInfo | None:
-        cur = await conn.execute(
-            "SELECT name, holder, since, expires_at, expires_at >= now() AS active "
-            "FROM tether_leaders WHERE name = %s",
-            (name,),
-        )
-        row = await cur.fetchone()
-        if row is None:
-            return None
-        return LeaderInfo(
-            row["name"], row["holder"], row["since"], row["expires_at"], row["active"]
-        )
-
-    async def resign(self, name: str, holder: str) -> None:
-        async with self._conn() as conn:
-            await conn.execute(
-                "DELETE FROM tether_leaders WHERE name = %s AND holder = %s", (name, holder)
-            )
-
-    async def get_leader(self, name: str) -> LeaderInfo | None:
-        async with self._conn() as conn:
-            return await self._leader(conn, name)
-
-    async def prune_jobs(
-        self,
-        state: str,
-        older_than: float,
-        limit: int,
-        after: tuple[object, int] | None,
-        dry_run: bool,
-    ) -> PruneBatch:
-        params: dict[str, Any] = {"state": state, "age": older_than, "limit": limit}
-        query = Q_PRUNE_PICK
-        if after is not None:
-            query = Q_PRUNE_PICK_AFTER
-            params.update(after_at=after[0], after_id=after[1])
-        if not dry_run:
-            # Rows another pruner is deleting are skipped, not waited for.
-            query = query + " FOR UPDATE SKIP LOCKED"
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(query, params)
-            rows = await cur.fetchall()
-            if not rows:
-                return PruneBatch({}, 0)
-            ids = [r["id"] for r in rows]
-            linked = [r["id"] for r in rows if r["linked"]]
-            kept: set[int] = set()
-            if linked:
-                cur = await conn.execute(Q_IN_LIVE_WORKFLOW, {"ids": linked})
-                kept = {r["id"] for r in await cur.fetchall()}
-            doomed = [i for i in ids if i not in kept]
-            counts = {}
-            for kind, table, where in _PRUNE_TABLES:
-                if dry_run:
-                    cur = await conn.execute(
-                        f"SELECT count(*) AS n FROM {table} WHERE {where}", {"ids": doomed}
-                    )
-                    row = await cur.fetchone()
-                    counts[kind] = int(row["n"]) if row else 0
-                else:
-                    cur = await conn.execute(f"DELETE FROM {table} WHERE {where}", {"ids": doomed})
-                    counts[kind] = cur.rowcount
-        last = rows[-1]
-        return PruneBatch(counts, len(rows), len(kept), (last["finished_at"], last["id"]))
-
-    async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
-        if kind == "audit":
-            pick: LiteralString = (
-                "SELECT id FROM tether_audit WHERE at < now() - make_interval(secs => %(age)s) "
-                "ORDER BY at"
-            )
-            table: LiteralString = "tether_audit"
-        elif kind == "workers":
-            pick = (
-                "SELECT id FROM tether_workers w WHERE state IN ('stopped', 'dead') "
-                "AND heartbeat_at < now() - make_interval(secs => %(age)s) "
-                "AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running' "
-                "AND j.worker_id = w.id) ORDER BY heartbeat_at"
-            )
-            table = "tether_workers"
-        else:
-            raise ValueError(f"unknown kind of rows to prune: {kind!r}")
-        async with self._conn() as conn:
-            if dry_run:
-                cur = await conn.execute(
-                    "SELECT count(*) AS n FROM (" + pick + ") AS old", {"age": older_than}
-                )
-                row = await cur.fetchone()
-                return int(row["n"]) if row else 0
-            cur = await conn.execute(
-                "DELETE FROM " + table + " WHERE id IN (" + pick + " LIMIT %(limit)s)",
-                {"age": older_than, "limit": limit},
-            )
-            return cur.rowcount
-
-    # -- periodic schedules --------------------------------------------------------------
-
-    async def sync_schedule(
-        self, name: str, task: str, cron: str, timezone: str, start: datetime
-    ) -> ScheduleRow:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "INSERT INTO tether_schedules (name, task, cron, timezone, last_tick) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
-                "task = EXCLUDED.task, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone "
-                "RETURNING *",
-                (name, task, cron, timezone, start),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        return _schedule(row)
-
-    async def advance_schedule(
-        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
-    ) -> bool:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "UPDATE tether_schedules SET last_tick = %(tick)s, next_tick = %(next)s, "
-                "last_job_id = COALESCE(%(job)s, last_job_id), "
-                "last_run_at = CASE WHEN %(job)s::bigint IS NULL THEN last_run_at ELSE now() END "
-                "WHERE name = %(name)s AND (last_tick IS NULL OR last_tick < %(tick)s)",
-                {"tick": tick, "next": next_tick, "job": job_id, "name": name},
-            )
-            return cur.rowcount > 0
-
-    async def list_schedules(self) -> list[ScheduleRow]:
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT * FROM tether_schedules ORDER BY name")
-            return [_schedule(r) for r in await cur.fetchall()]
-
-    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "UPDATE tether_schedules SET paused = %s WHERE name = %s", (paused, name)
-            )
-            return cur.rowcount > 0
-
 
 class CallerPostgresStore(PostgresStore):
     """A store whose statements run in the caller's transaction, on its own connection.
@@ -1967,90 +1679,3 @@ class _BlockingCursor:
 
     async def fetchone(self) -> Any:
         return self._cur.fetchone()
-
-
-# Take the lease if it is free or ran out; renew it if it is ours.
-Q_LEAD: LiteralString = """
-INSERT INTO tether_leaders (name, holder, since, expires_at)
-VALUES (%(name)s, %(holder)s, now(), now() + make_interval(secs => %(ttl)s))
-ON CONFLICT (name) DO UPDATE SET
-    since = CASE WHEN tether_leaders.holder = EXCLUDED.holder THEN tether_leaders.since
-            ELSE EXCLUDED.since END,
-    holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE tether_leaders.holder = EXCLUDED.holder OR tether_leaders.expires_at < now()
-"""
-
-_PRUNE_PICK: LiteralString = """
-SELECT id, finished_at, parent_id IS NOT NULL OR has_children OR has_dependents
-       OR EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = j.id) AS linked
-FROM tether_jobs j
-WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
-  -- A failed job that holds its concurrency key stays until a person acts.
-  AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS (
-      SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits) AND l.kind = 'key'
-      AND l.block_on_hold))
-"""
-Q_PRUNE_PICK: LiteralString = _PRUNE_PICK + "ORDER BY state, finished_at, id LIMIT %(limit)s"
-Q_PRUNE_PICK_AFTER: LiteralString = (
-    _PRUNE_PICK
-    + "AND (finished_at, id) > (%(after_at)s, %(after_id)s) "
-    + "ORDER BY state, finished_at, id LIMIT %(limit)s"
-)
-
-# The jobs a pruning batch deletes with their rows elsewhere, or counts in a dry run.
-_PRUNE_TABLES: tuple[tuple[str, LiteralString, LiteralString], ...] = (
-    ("events", "tether_job_events", "job_id = ANY(%(ids)s::bigint[])"),
-    (
-        "dependencies",
-        "tether_dependencies",
-        "job_id = ANY(%(ids)s::bigint[]) OR depends_on = ANY(%(ids)s::bigint[])",
-    ),
-    ("artifacts", "tether_artifacts", "job_id = ANY(%(ids)s::bigint[])"),
-    ("cancellations", "tether_cancellations", "job_id = ANY(%(ids)s::bigint[])"),
-    ("jobs", "tether_jobs", "id = ANY(%(ids)s::bigint[])"),
-)
-
-# Every job connected to the seeds through parents, children and dependencies, either way.
-_NEIGHBOURS: LiteralString = """
-CROSS JOIN LATERAL (
-    SELECT j.parent_id AS id FROM tether_jobs j WHERE j.id = r.id AND j.parent_id IS NOT NULL
-    UNION ALL SELECT c.id FROM tether_jobs c WHERE c.parent_id = r.id
-    UNION ALL SELECT d.depends_on FROM tether_dependencies d WHERE d.job_id = r.id
-    UNION ALL SELECT d.job_id FROM tether_dependencies d WHERE d.depends_on = r.id
-) AS x
-"""
-
-# Those of the ids whose workflow has an active member. Two walks: everything connected
-# to the ids, then everything connected to the active jobs found there. Each costs the
-# size of the workflows touched, not of the table.
-Q_IN_LIVE_WORKFLOW: LiteralString = (
-    """
-WITH RECURSIVE reach(id) AS (
-    SELECT unnest(%(ids)s::bigint[])
-    UNION SELECT x.id FROM reach r """
-    + _NEIGHBOURS
-    + """
-), live(id) AS (
-    SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach)
-        AND j.state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
-    UNION SELECT x.id FROM live r """
-    + _NEIGHBOURS
-    + """
-)
-SELECT id FROM live WHERE id = ANY(%(ids)s::bigint[])
-"""
-)
-
-
-def _schedule(row: dict[str, Any]) -> ScheduleRow:
-    return ScheduleRow(
-        name=row["name"],
-        task=row["task"],
-        cron=row["cron"],
-        timezone=row["timezone"],
-        paused=row["paused"],
-        last_tick=row["last_tick"],
-        next_tick=row["next_tick"],
-        last_run_at=row["last_run_at"],
-        last_job_id=row["last_job_id"],
-    )

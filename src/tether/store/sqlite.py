@@ -41,22 +41,18 @@ from tether.job import (
     RateLimitInfo,
     WorkerInfo,
 )
-from tether.ops import LeaderInfo, PruneBatch, ScheduleRow
 from tether.procinfo import PidSpace, pid_space
 from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
-from tether.store.base import ProcessGone, check_dependencies, load_migrations
+from tether.store.base import check_dependencies
 from tether.store.common import SqlStore
 from tether.store.driver import Body, Tx, run_inline
 from tether.store.rows import (
     CANCEL_STATE,
     CANCELLABLE_SQL,
     JOB_COLUMNS,
-    RESCUE_STATE,
     RowReader,
     effective_state,
-    epoch_to_dt,
-    worker_process,
 )
 from tether.store.sql import sqlite as sqlite_sql
 from tether.store.sqlite_tx import SqliteTx
@@ -68,7 +64,6 @@ NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 EACH = "(SELECT value FROM json_each(?))"
 LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
-HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)"
 # How often a listening store checks for other processes' commits.
 WATCH_INTERVAL = 0.1
 # SQLite's default limit on bound parameters is 32766; stay well below it.
@@ -262,53 +257,6 @@ class SqliteStore(SqlStore):
                 job = self._rows.job_from_tuple(row)
                 found[job.id] = job
         return found
-
-    # -- schema --------------------------------------------------------------------------
-
-    async def schema_version(self) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='tether_migrations'"
-            ).fetchone()
-            if not exists:
-                return 0
-            row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM tether_migrations").fetchone()
-            return int(row[0])
-
-        return await self._call(lambda: read(self._db()))
-
-    async def applied_migrations(self) -> set[int]:
-        def read(conn: sqlite3.Connection) -> set[int]:
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='tether_migrations'"
-            ).fetchone()
-            if not exists:
-                return set()
-            return {int(r[0]) for r in conn.execute("SELECT version FROM tether_migrations")}
-
-        return await self._call(lambda: read(self._db()))
-
-    async def migrate(self) -> list[int]:
-        def run(conn: sqlite3.Connection) -> list[int]:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS tether_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM tether_migrations")}
-            applied = []
-            for mig in load_migrations("sqlite"):
-                if mig.version in done:
-                    continue
-                # executescript would COMMIT our transaction; run statement by statement.
-                for statement in _split_sql(mig.sql):
-                    conn.execute(statement)
-                conn.execute(
-                    f"INSERT INTO tether_migrations VALUES (?, ?, {NOW})", (mig.version, mig.name)
-                )
-                applied.append(mig.version)
-            return applied
-
-        return await self._write_async(run)
 
     # -- producers and readers -----------------------------------------------------------
 
@@ -1140,69 +1088,21 @@ class SqliteStore(SqlStore):
             self.hints.publish(h.ENQUEUED, [h.ANY])
         return accepted
 
-    # -- maintenance ---------------------------------------------------------------------
+    # -- maintenance and schedules (common/maintenance.py, schedules.py): SQLite's hooks --
 
-    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
-        # No sessions to look at on SQLite: a worker elsewhere is judged by lease expiry.
-        def run(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
-                "WHERE state IN ('active', 'draining')"
-            ).fetchall()
-            dead = [r["id"] for r in rows if process_gone(worker_process(r))]
-            for worker_id in dead:
-                conn.execute("UPDATE tether_workers SET state = 'dead' WHERE id = ?", (worker_id,))
-            return dead
-
-        return await self._write_async(run)
-
-    async def rescue(self) -> list[Job]:
+    async def _before_rescue(self) -> None:
         # A bulk enqueue whose process died half-way: its jobs were never claimable;
         # delete them, as its producer would have on failure.
         for batch in await self._call(self._abandoned_batches):
             await self._discard_batch(batch)
 
-        def run(conn: sqlite3.Connection) -> list[Job]:
-            rows = conn.execute(
-                f"UPDATE tether_jobs SET state = {RESCUE_STATE}, "
-                "lease_token = lease_token + 1, lease_expires_at = NULL, "
-                # Recovered work that has a checkpoint goes first: back to its place in line.
-                # Other recovered work goes to the back of the line: behind every job
-                # already waiting, even one enqueued within the same tick of the clock
-                # (SQLite's clock counts milliseconds), so the order never rests on timing.
-                f"run_at = CASE WHEN checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
-                f"ELSE MAX({NOW}, COALESCE((SELECT MAX(w.run_at) FROM tether_jobs w "
-                f"WHERE w.state IN ('queued', 'retrying') AND w.run_at <= {NOW}), 0) + 0.001) "
-                "END, "
-                f"finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN {NOW} "
-                "ELSE NULL END, "
-                "error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt ' "
-                "|| attempt || '/' || max_attempts || ')', actor = 'rescuer', "
-                "reason = CASE WHEN cancel_requested_at IS NOT NULL "
-                "THEN 'rescued with a pending cancel' "
-                "WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause' "
-                "WHEN worker_id IN (SELECT id FROM tether_workers WHERE state = 'dead') "
-                "THEN 'worker dead' ELSE 'lease expired' END "
-                f"|| CASE WHEN phase IS NULL THEN '' WHEN {HAS_CHILDREN} "
-                "THEN '; staying in phase ' || phase || ' (' || (SELECT COUNT(*) FROM "
-                "tether_jobs c WHERE c.parent_id = tether_jobs.id) || ' children found)' "
-                "ELSE '; reset to the ingest phase (no children found)' END, "
-                # Smart phase recovery: a later phase without children (the crash came
-                # between the phase change and the spawns) starts again from the first.
-                f"phase = CASE WHEN phase IS NOT NULL AND NOT {HAS_CHILDREN} THEN NULL "
-                "ELSE phase END "
-                f"WHERE state = 'running' AND (lease_expires_at < {NOW} OR worker_id IN "
-                "(SELECT id FROM tether_workers WHERE state = 'dead')) "
-                f"RETURNING {JOB_COLUMNS}"
-            ).fetchall()
-            jobs = [self._rows.job(r) for r in rows]
-            self._propagate(conn, [j.id for j in jobs])
-            return jobs
+    async def _prune_dry_run(self, body: Body[T]) -> T:
+        # A read: a dry run takes no write lock (PostgreSQL's runs in a transaction).
+        return await self._query(body)
 
-        rescued = await self._write_async(run)
-        if rescued:
-            self.hints.publish(h.ENQUEUED, [h.ANY])
-        return rescued
+    def _time_param(self, value: datetime | None) -> Any:
+        # Unix seconds, as SQLite keeps every time.
+        return None if value is None else value.timestamp()
 
     # -- workflows -----------------------------------------------------------------------
 
@@ -1406,195 +1306,6 @@ class SqliteStore(SqlStore):
 
         return await self._call(run)
 
-    # -- maintenance: the leader's lease and retention ---------------------------------
-
-    async def db_time(self) -> datetime:
-        """This process's clock as SQLite reads it (every process on the file has its
-        own; leases and schedules on SQLite are as good as the host clocks agree)."""
-        row = await self._call(lambda: self._db().execute(f"SELECT {NOW}").fetchone())
-        now = epoch_to_dt(row[0])
-        assert now is not None
-        return now
-
-    def _leader(self, conn: sqlite3.Connection, name: str) -> LeaderInfo | None:
-        row = conn.execute(
-            f"SELECT name, holder, since, expires_at, expires_at >= {NOW} AS active "
-            "FROM tether_leaders WHERE name = ?",
-            (name,),
-        ).fetchone()
-        if row is None:
-            return None
-        since, expires = epoch_to_dt(row["since"]), epoch_to_dt(row["expires_at"])
-        assert since is not None and expires is not None
-        return LeaderInfo(row["name"], row["holder"], since, expires, bool(row["active"]))
-
-    async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
-        def run(conn: sqlite3.Connection) -> LeaderInfo:
-            # Take the lease if it is free or ran out; renew it if it is ours.
-            conn.execute(
-                "INSERT INTO tether_leaders (name, holder, since, expires_at) "
-                f"VALUES (?, ?, {NOW}, {NOW} + ?) ON CONFLICT (name) DO UPDATE SET "
-                "since = CASE WHEN holder = excluded.holder THEN since ELSE excluded.since END, "
-                "holder = excluded.holder, expires_at = excluded.expires_at "
-                "WHERE holder = excluded.holder OR expires_at < excluded.since",
-                (name, holder, ttl),
-            )
-            info = self._leader(conn, name)
-            assert info is not None
-            return info
-
-        return await self._write_async(run)
-
-    async def resign(self, name: str, holder: str) -> None:
-        await self._write_async(
-            lambda conn: conn.execute(
-                "DELETE FROM tether_leaders WHERE name = ? AND holder = ?", (name, holder)
-            )
-        )
-
-    async def get_leader(self, name: str) -> LeaderInfo | None:
-        return await self._call(lambda: self._leader(self._db(), name))
-
-    async def prune_jobs(
-        self,
-        state: str,
-        older_than: float,
-        limit: int,
-        after: tuple[object, int] | None,
-        dry_run: bool,
-    ) -> PruneBatch:
-        def run(conn: sqlite3.Connection) -> PruneBatch:
-            params: list[Any] = [state, older_than]
-            since = ""
-            if after is not None:
-                since = "AND (finished_at, id) > (?, ?) "
-                params += [after[0], after[1]]
-            rows = conn.execute(
-                "SELECT id, finished_at, parent_id IS NOT NULL OR has_children "
-                "OR has_dependents OR EXISTS (SELECT 1 FROM tether_dependencies d "
-                "WHERE d.job_id = tether_jobs.id) AS linked FROM tether_jobs "
-                f"WHERE state = ? AND finished_at < {NOW} - ? {since}"
-                # A failed job that holds its concurrency key stays until a person acts.
-                "AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS ("
-                "SELECT 1 FROM json_each(tether_jobs.limits) e JOIN tether_limits l "
-                "ON l.name = e.value WHERE l.kind = 'key' AND l.block_on_hold)) "
-                "ORDER BY state, finished_at, id LIMIT ?",
-                (*params, limit),
-            ).fetchall()
-            if not rows:
-                return PruneBatch({}, 0)
-            ids = [r["id"] for r in rows]
-            linked = [r["id"] for r in rows if r["linked"]]
-            kept = set(_in_live_workflow(conn, linked)) if linked else set()
-            doomed = json.dumps([i for i in ids if i not in kept])
-            counts = _delete_jobs(conn, doomed, dry_run)
-            last = rows[-1]
-            return PruneBatch(counts, len(rows), len(kept), (last["finished_at"], last["id"]))
-
-        if dry_run:
-            return await self._call(lambda: run(self._db()))
-        return await self._write_async(run)
-
-    async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
-        if kind == "audit":
-            pick = f"SELECT id FROM tether_audit WHERE at < {NOW} - ? ORDER BY at"
-            table = "tether_audit"
-        elif kind == "workers":
-            pick = (
-                "SELECT id FROM tether_workers w WHERE state IN ('stopped', 'dead') "
-                f"AND heartbeat_at < {NOW} - ? AND NOT EXISTS (SELECT 1 FROM tether_jobs j "
-                "WHERE j.state = 'running' AND j.worker_id = w.id) ORDER BY heartbeat_at"
-            )
-            table = "tether_workers"
-        else:
-            raise ValueError(f"unknown kind of rows to prune: {kind!r}")
-        if dry_run:
-            row = await self._call(
-                lambda: (
-                    self._db().execute(f"SELECT COUNT(*) FROM ({pick})", (older_than,)).fetchone()
-                )
-            )
-            return int(row[0])
-        return await self._write_async(
-            lambda conn: (
-                conn.execute(
-                    f"DELETE FROM {table} WHERE id IN ({pick} LIMIT ?)", (older_than, limit)
-                ).rowcount
-            )
-        )
-
-    # -- periodic schedules --------------------------------------------------------------
-
-    def _schedule(self, row: sqlite3.Row) -> ScheduleRow:
-        return ScheduleRow(
-            name=row["name"],
-            task=row["task"],
-            cron=row["cron"],
-            timezone=row["timezone"],
-            paused=bool(row["paused"]),
-            last_tick=epoch_to_dt(row["last_tick"]),
-            next_tick=epoch_to_dt(row["next_tick"]),
-            last_run_at=epoch_to_dt(row["last_run_at"]),
-            last_job_id=row["last_job_id"],
-        )
-
-    async def sync_schedule(
-        self, name: str, task: str, cron: str, timezone: str, start: datetime
-    ) -> ScheduleRow:
-        def run(conn: sqlite3.Connection) -> ScheduleRow:
-            row = conn.execute(
-                "INSERT INTO tether_schedules (name, task, cron, timezone, last_tick, "
-                f"created_at) VALUES (?, ?, ?, ?, ?, {NOW}) ON CONFLICT (name) DO UPDATE SET "
-                "task = excluded.task, cron = excluded.cron, timezone = excluded.timezone "
-                "RETURNING *",
-                (name, task, cron, timezone, start.timestamp()),
-            ).fetchone()
-            return self._schedule(row)
-
-        return await self._write_async(run)
-
-    async def advance_schedule(
-        self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
-    ) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            return (
-                conn.execute(
-                    "UPDATE tether_schedules SET last_tick = ?, next_tick = ?, "
-                    "last_job_id = COALESCE(?, last_job_id), "
-                    f"last_run_at = CASE WHEN ? IS NULL THEN last_run_at ELSE {NOW} END "
-                    "WHERE name = ? AND (last_tick IS NULL OR last_tick < ?)",
-                    (
-                        tick.timestamp(),
-                        next_tick.timestamp() if next_tick else None,
-                        job_id,
-                        job_id,
-                        name,
-                        tick.timestamp(),
-                    ),
-                ).rowcount
-                > 0
-            )
-
-        return await self._write_async(run)
-
-    async def list_schedules(self) -> list[ScheduleRow]:
-        def run() -> list[ScheduleRow]:
-            rows = self._db().execute("SELECT * FROM tether_schedules ORDER BY name")
-            return [self._schedule(r) for r in rows]
-
-        return await self._call(run)
-
-    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            return (
-                conn.execute(
-                    "UPDATE tether_schedules SET paused = ? WHERE name = ?", (int(paused), name)
-                ).rowcount
-                > 0
-            )
-
-        return await self._write_async(run)
-
 
 class MemoryDatabase:
     """An in-memory database (for tests): one connection and one thread, which every
@@ -1690,70 +1401,3 @@ class CallerSqliteStore(SqliteStore):
 def _rate_limit(bucket: str, per_second: float, burst: int, tokens: float) -> RateLimitInfo:
     scope, name = bucket.split(":", 1)
     return RateLimitInfo(scope, name, per_second, burst, tokens)
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements, keeping trigger bodies whole."""
-    statements, buf = [], ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--") and not buf.strip():
-            continue
-        buf += line
-        if sqlite3.complete_statement(buf):
-            statements.append(buf.strip())
-            buf = ""
-    if buf.strip():
-        statements.append(buf.strip())
-    return statements
-
-
-# The jobs a pruning batch deletes with their rows elsewhere, or counts in a dry run.
-_PRUNE_TABLES = (
-    ("events", "tether_job_events", "job_id IN {each}"),
-    ("dependencies", "tether_dependencies", "job_id IN {each} OR depends_on IN {each}"),
-    ("artifacts", "tether_artifacts", "job_id IN {each}"),
-    ("cancellations", "tether_cancellations", "job_id IN {each}"),
-    ("jobs", "tether_jobs", "id IN {each}"),
-)
-
-
-def _delete_jobs(conn: sqlite3.Connection, ids_json: str, dry_run: bool) -> dict[str, int]:
-    counts = {}
-    for kind, table, where in _PRUNE_TABLES:
-        cond = where.format(each=EACH)
-        args = (ids_json,) * cond.count("?")
-        if dry_run:
-            counts[kind] = int(
-                conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {cond}", args).fetchone()[0]
-            )
-        else:
-            counts[kind] = conn.execute(f"DELETE FROM {table} WHERE {cond}", args).rowcount
-    return counts
-
-
-# Every job connected to the seeds through parents, children and dependencies, either way.
-_REACH = """
-    UNION SELECT j.parent_id FROM tether_jobs j JOIN {cte} r ON j.id = r.id
-        WHERE j.parent_id IS NOT NULL
-    UNION SELECT c.id FROM tether_jobs c JOIN {cte} r ON c.parent_id = r.id
-    UNION SELECT d.depends_on FROM tether_dependencies d JOIN {cte} r ON d.job_id = r.id
-    UNION SELECT d.job_id FROM tether_dependencies d JOIN {cte} r ON d.depends_on = r.id
-"""
-
-
-def _in_live_workflow(conn: sqlite3.Connection, ids: list[int]) -> list[int]:
-    """Those of ``ids`` whose workflow (the jobs connected to them) has an active member.
-
-    Two walks: first everything connected to ``ids``, then, from the active jobs found
-    there, everything connected to those: the ids reached last are kept. Each walk costs
-    the size of the workflows touched, not of the table.
-    """
-    seeds = json.dumps(ids)
-    rows = conn.execute(
-        f"WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(?) {_REACH.format(cte='reach')}"
-        f"), live(id) AS (SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach) "
-        f"AND j.state IN ({LIVE_SQL}) {_REACH.format(cte='live')}) "
-        "SELECT value FROM json_each(?) WHERE value IN (SELECT id FROM live)",
-        (seeds, seeds),
-    )
-    return [int(r[0]) for r in rows]

@@ -1,0 +1,173 @@
+"""Dead workers, rescue, the leader's lease and retention (see
+:mod:`tether.store.common.maintenance`)."""
+
+from tether.store.rows import JOB_COLUMNS, RESCUE_STATE
+from tether.store.sql.postgres.fragments import LIVE_SQL, TERMINAL_SQL
+
+# -- dead workers and rescue ------------------------------------------------------------
+
+LIVE_WORKERS = (
+    "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
+    "WHERE state IN ('active', 'draining')"
+)
+MARK_DEAD = "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%(ids)s)"
+# Workers whose database session is gone, and whose heartbeat is older than the grace.
+DEAD_SESSIONS = """
+UPDATE tether_workers SET state = 'dead'
+WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
+  AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
+  AND heartbeat_at < now() - make_interval(secs => %(grace)s)
+RETURNING id
+"""
+
+RESCUE = f"""
+-- Only workers that beat within the last hour: the rows of workers long dead (kept
+-- until the pruner reaps them) would otherwise be read at every pass. A job of a worker
+-- silent for longer has an expired lease anyway, unless its leases outlast an hour,
+-- and then the lease's end hands it back.
+WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead'
+              AND heartbeat_at > now() - interval '1 hour')
+UPDATE tether_jobs SET state = {RESCUE_STATE},
+    lease_token = lease_token + 1, lease_expires_at = NULL,
+    -- Recovered work that has a checkpoint goes first: back to its place in line. Other
+    -- recovered work goes to the back of the line, behind every job already waiting
+    -- (even one stamped with the same instant), so the order never rests on timing.
+    run_at = CASE WHEN checkpoint IS NOT NULL THEN LEAST(run_at, created_at)
+             ELSE GREATEST(now(), (SELECT max(w.run_at) FROM tether_jobs w
+                                   WHERE w.state IN ('queued', 'retrying')
+                                   AND w.run_at <= now()) + interval '1 microsecond') END,
+    finished_at = CASE WHEN {RESCUE_STATE} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
+    error = 'worker ' || COALESCE(worker_id, '?') || ' lost its lease (attempt '
+            || attempt || '/' || max_attempts || ')',
+    actor = 'rescuer',
+    -- Smart phase recovery: a later phase without children (the crash came between
+    -- the phase change and the spawns) starts again from the first phase.
+    phase = CASE WHEN phase IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id) THEN NULL
+            ELSE phase END,
+    reason = CASE WHEN cancel_requested_at IS NOT NULL THEN 'rescued with a pending cancel'
+             WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause'
+             WHEN worker_id IN (SELECT id FROM dead) THEN 'worker dead'
+             ELSE 'lease expired' END
+             || CASE WHEN phase IS NULL THEN ''
+                WHEN EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
+                THEN '; staying in phase ' || phase || ' ('
+                     || (SELECT count(*) FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)
+                     || ' children found)'
+                ELSE '; reset to the ingest phase (no children found)' END
+-- The candidates: running jobs whose lease expired (through the partial index of running
+-- jobs; one pass a second for the fleet, on the maintenance leader), and the running
+-- jobs of recently dead workers, looked up by worker. Their rows are then locked in id
+-- order and the conditions checked again.
+WHERE id IN (SELECT id FROM tether_jobs
+             WHERE id = ANY(ARRAY(
+                 SELECT id FROM tether_jobs WHERE state = 'running' AND lease_expires_at < now()
+                 UNION ALL
+                 -- OFFSET 0 keeps this a lookup per dead worker (of the running jobs'
+                 -- index by worker), never a join that reads every running job.
+                 SELECT j.id FROM dead, LATERAL (
+                     SELECT id FROM tether_jobs
+                     WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
+             AND state = 'running'
+             AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
+             ORDER BY id FOR UPDATE)
+RETURNING {JOB_COLUMNS}
+"""
+# The transition trigger NOTIFYs tether_enqueued for the jobs a rescue puts back in line
+# (and applies their workflow steps), inside the statement.
+RESCUE_NOTIFIES = True
+
+# -- the leader's lease -----------------------------------------------------------------
+
+# Take the lease if it is free or ran out; renew it if it is ours.
+LEAD = """
+INSERT INTO tether_leaders (name, holder, since, expires_at)
+VALUES (%(name)s, %(holder)s, now(), now() + make_interval(secs => %(ttl)s))
+ON CONFLICT (name) DO UPDATE SET
+    since = CASE WHEN tether_leaders.holder = EXCLUDED.holder THEN tether_leaders.since
+            ELSE EXCLUDED.since END,
+    holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE tether_leaders.holder = EXCLUDED.holder OR tether_leaders.expires_at < now()
+"""
+LEADER = (
+    "SELECT name, holder, since, expires_at, expires_at >= now() AS active "
+    "FROM tether_leaders WHERE name = %(name)s"
+)
+RESIGN = "DELETE FROM tether_leaders WHERE name = %(name)s AND holder = %(holder)s"
+
+# -- retention --------------------------------------------------------------------------
+
+_PRUNE_PICK = """
+SELECT id, finished_at, parent_id IS NOT NULL OR has_children OR has_dependents
+       OR EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = j.id) AS linked
+FROM tether_jobs j
+WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
+  -- A failed job that holds its concurrency key stays until a person acts.
+  AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS (
+      SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits) AND l.kind = 'key'
+      AND l.block_on_hold))
+"""
+PRUNE_PICK = _PRUNE_PICK + "ORDER BY state, finished_at, id LIMIT %(limit)s"
+PRUNE_PICK_AFTER = (
+    _PRUNE_PICK
+    + "AND (finished_at, id) > (%(after_at)s, %(after_id)s) "
+    + "ORDER BY state, finished_at, id LIMIT %(limit)s"
+)
+# Added to the pick when it deletes: rows another pruner is deleting are skipped, not
+# waited for.
+PRUNE_SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+
+# The jobs a pruning batch deletes with their rows elsewhere, or counts in a dry run:
+# (kind, table, condition on the ids).
+PRUNE_TABLES = (
+    ("events", "tether_job_events", "job_id = ANY(%(ids)s::bigint[])"),
+    (
+        "dependencies",
+        "tether_dependencies",
+        "job_id = ANY(%(ids)s::bigint[]) OR depends_on = ANY(%(ids)s::bigint[])",
+    ),
+    ("artifacts", "tether_artifacts", "job_id = ANY(%(ids)s::bigint[])"),
+    ("cancellations", "tether_cancellations", "job_id = ANY(%(ids)s::bigint[])"),
+    ("jobs", "tether_jobs", "id = ANY(%(ids)s::bigint[])"),
+)
+
+# Every job connected to the seeds through parents, children and dependencies, either way.
+_NEIGHBOURS = """
+CROSS JOIN LATERAL (
+    SELECT j.parent_id AS id FROM tether_jobs j WHERE j.id = r.id AND j.parent_id IS NOT NULL
+    UNION ALL SELECT c.id FROM tether_jobs c WHERE c.parent_id = r.id
+    UNION ALL SELECT d.depends_on FROM tether_dependencies d WHERE d.job_id = r.id
+    UNION ALL SELECT d.job_id FROM tether_dependencies d WHERE d.depends_on = r.id
+) AS x
+"""
+
+# Those of the ids whose workflow has an active member. Two walks: everything connected
+# to the ids, then everything connected to the active jobs found there. Each costs the
+# size of the workflows touched, not of the table.
+IN_LIVE_WORKFLOW = f"""
+WITH RECURSIVE reach(id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+    UNION SELECT x.id FROM reach r {_NEIGHBOURS}
+), live(id) AS (
+    SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach)
+        AND j.state IN ({LIVE_SQL})
+    UNION SELECT x.id FROM live r {_NEIGHBOURS}
+)
+SELECT id FROM live WHERE id = ANY(%(ids)s::bigint[])
+"""
+
+# Other rows that retention removes, by kind: (table, the ids of the rows older than
+# %(age)s seconds, oldest first).
+PRUNE_ROWS = {
+    "audit": (
+        "tether_audit",
+        "SELECT id FROM tether_audit WHERE at < now() - make_interval(secs => %(age)s) ORDER BY at",
+    ),
+    "workers": (
+        "tether_workers",
+        "SELECT id FROM tether_workers w WHERE state IN ('stopped', 'dead') "
+        "AND heartbeat_at < now() - make_interval(secs => %(age)s) "
+        "AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running' "
+        "AND j.worker_id = w.id) ORDER BY heartbeat_at",
+    ),
+}
