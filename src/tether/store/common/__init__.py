@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from tether.store.common.auth import AuthSql
 from tether.store.common.base import SqlBase
+from tether.store.common.feed import FeedSql
+from tether.store.common.jobs import JobsSql
 
 
-class SqlStore(AuthSql, SqlBase):
+class SqlStore(AuthSql, JobsSql, FeedSql, SqlBase):
     """Every store method written once; see the module docstring."""
 
 
