@@ -23,6 +23,7 @@ CANCEL = (
     "cancel_cascade = :cascade "
     f"WHERE id = :id AND state IN ({CANCELLABLE_SQL}) RETURNING {JOB_COLUMNS}, 0 AS announced"
 )
+# An empty reason is no reason here: the job's reason is then 'paused'.
 PAUSE = (
     "UPDATE tether_jobs SET "
     "state = CASE WHEN state = 'running' THEN state ELSE 'paused' END, "
