@@ -36,11 +36,8 @@ from tether.job import (
     Beat,
     CancellationRow,
     ControlRequest,
-    FeedEvent,
     HeartbeatResult,
     Job,
-    JobEvent,
-    JobFilter,
     LimitInfo,
     NewJob,
     Outcome,
@@ -56,8 +53,6 @@ from tether.store.common import SqlStore
 from tether.store.driver import Body, T
 from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx, chunks
 from tether.store.rows import (
-    CANCEL_STATE,
-    CANCELLABLE_SQL,
     JOB_COLUMNS,
     RowReader,
     effective_state,
@@ -227,46 +222,8 @@ WITH v AS (
 SELECT id, state FROM u
 """
 
-Q_CANCEL: LiteralString = f"""
-UPDATE tether_jobs SET
-    state = {CANCEL_STATE},
-    finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
-    cancel_requested_at = COALESCE(cancel_requested_at, now()),
-    cancel_reason = COALESCE(cancel_reason, %(reason)s),
-    cancel_force = cancel_force OR %(force)s, actor = %(actor)s, reason = %(reason)s,
-    cancel_cascade = %(cascade)s
-WHERE id = %(id)s AND state IN ({CANCELLABLE_SQL})
-RETURNING {JOB_COLUMNS}
-"""
-
-Q_PAUSE: LiteralString = f"""
-UPDATE tether_jobs SET
-    state = CASE WHEN state = 'running' THEN state ELSE 'paused' END,
-    pause_requested_at = COALESCE(pause_requested_at, now()),
-    pause_reason = COALESCE(%(reason)s, pause_reason), actor = %(actor)s,
-    reason = COALESCE(%(reason)s, 'paused')
-WHERE id = %(id)s AND state IN ('queued', 'retrying', 'running')
-RETURNING {JOB_COLUMNS}
-"""
-
-Q_RESUME: LiteralString = f"""
-UPDATE tether_jobs SET
-    state = CASE WHEN state = 'paused' THEN 'queued' ELSE state END,
-    run_at = CASE WHEN state = 'paused' THEN now() ELSE run_at END,
-    pause_requested_at = NULL, pause_reason = NULL, budget = COALESCE(%(budget)s, budget),
-    actor = %(actor)s, reason = 'resumed'
-WHERE id = %(id)s AND (state = 'paused' OR (state = 'running' AND pause_requested_at IS NOT NULL))
-RETURNING {JOB_COLUMNS}
-"""
-
-Q_RETRY: LiteralString = f"""
-UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
-    cancel_requested_at = NULL, cancel_reason = NULL, cancel_force = false,
-    pause_requested_at = NULL, pause_reason = NULL,
-    actor = %(actor)s, reason = 'retried by a person'
-WHERE id = %(id)s AND state = 'failed'
-RETURNING {JOB_COLUMNS}
-"""
+# The cancel request's change alone, with which deleting a job settles it.
+Q_CANCEL: LiteralString = pg_sql.jobs.CANCEL_UPDATE
 
 Q_SPAWN: LiteralString = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
@@ -818,100 +775,6 @@ class PostgresStore(SqlStore):
             for i, j in enumerate(jobs)
         ]
 
-    async def get(self, job_id: int) -> Job | None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
-            )
-            row = await cur.fetchone()
-        return self._rows.job(row) if row else None
-
-    async def list_jobs(self, flt: JobFilter) -> list[Job]:
-        where: list[sql.Composable] = [sql.SQL("TRUE")]
-        params: list[Any] = []
-        if flt.states is not None:
-            where.append(sql.SQL("state = ANY(%s)"))
-            params.append([s.value for s in flt.states])
-        for column in ("queue", "task", "key", "owner", "worker_id", "parent_id"):
-            value = getattr(flt, column)
-            if value is not None:
-                where.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
-                params.append(value)
-        if flt.ids is not None:
-            where.append(sql.SQL("id = ANY(%s)"))
-            params.append(list(flt.ids))
-        query = sql.SQL(
-            "SELECT " + JOB_COLUMNS + " FROM tether_jobs WHERE {} ORDER BY id DESC "
-            "LIMIT %s OFFSET %s"
-        ).format(sql.SQL(" AND ").join(where))
-        params.extend([flt.limit, flt.offset])
-        async with self._conn() as conn:
-            cur = await conn.execute(query, params)
-            return [self._rows.job(r) for r in await cur.fetchall()]
-
-    async def count_by_state(self) -> dict[str, int]:
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT state, COUNT(*) AS n FROM tether_jobs GROUP BY state")
-            return {r["state"]: r["n"] for r in await cur.fetchall()}
-
-    async def events(self, job_id: int) -> list[JobEvent]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT * FROM tether_job_events WHERE job_id = %s ORDER BY id", (job_id,)
-            )
-            return [self._rows.event(r) for r in await cur.fetchall()]
-
-    async def request_cancel(
-        self,
-        job_id: int,
-        reason: str | None,
-        force: bool,
-        actor: str | None,
-        cascade: bool = True,
-    ) -> Job:
-        args = {
-            "id": job_id,
-            "reason": reason,
-            "force": force,
-            "actor": actor,
-            "cascade": cascade,
-        }
-        return await self._control(Q_CANCEL, args, job_id, "tether_cancel")
-
-    async def _control(
-        self, query: LiteralString, args: dict[str, Any], job_id: int, running_channel: str
-    ) -> Job:
-        # One statement, one round trip: the change, and (for a flag on a running job,
-        # which the transition trigger does not see) the NOTIFY to its worker.
-        wrapped: LiteralString = (
-            "WITH u AS (" + query + "), n AS (SELECT pg_notify(%(channel)s, id::text) "
-            "FROM u WHERE state = 'running') SELECT u.*, (SELECT count(*) FROM n) AS n FROM u"
-        )
-        async with self._conn() as conn:
-            cur = await conn.execute(wrapped, {**args, "channel": running_channel})
-            found = await cur.fetchone()
-            if found is None:  # nothing to change: report the job as it is
-                cur = await conn.execute(
-                    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s", (job_id,)
-                )
-                found = await cur.fetchone()
-        if found is None:
-            raise JobNotFoundError(job_id)
-        return self._rows.job(found)
-
-    async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
-        args = {"id": job_id, "reason": reason, "actor": actor}
-        return await self._control(Q_PAUSE, args, job_id, "tether_control")
-
-    async def resume(self, job_id: int, budget: int | None, actor: str | None) -> Job:
-        args = {"id": job_id, "budget": budget, "actor": actor}
-        return await self._control(Q_RESUME, args, job_id, "tether_control")
-
-    async def retry(self, job_id: int, actor: str | None) -> Job:
-        return await self._control(
-            Q_RETRY, {"id": job_id, "actor": actor}, job_id, "tether_control"
-        )
-
     # -- queues, limits, artifacts, cancellations ----------------------------------------
 
     async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
@@ -1387,29 +1250,6 @@ class PostgresStore(SqlStore):
             await conn.execute("DELETE FROM tether_jobs WHERE id = %s", (job_id,))
         return self._rows.job(row), children
 
-    async def downstream(self, job_ids: Sequence[int]) -> list[Job]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN "
-                "(SELECT id FROM tether_downstream(%s::bigint[])) ORDER BY id",
-                (list(job_ids),),
-            )
-            return [self._rows.job(r) for r in await cur.fetchall()]
-
-    async def dependencies(self, job_id: int) -> tuple[list[int], list[int]]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT depends_on AS id FROM tether_dependencies WHERE job_id = %s ORDER BY 1",
-                (job_id,),
-            )
-            upstream = [r["id"] for r in await cur.fetchall()]
-            cur = await conn.execute(
-                "SELECT job_id AS id FROM tether_dependencies WHERE depends_on = %s ORDER BY 1",
-                (job_id,),
-            )
-            downstream = [r["id"] for r in await cur.fetchall()]
-        return upstream, downstream
-
     # -- notifications -------------------------------------------------------------------
 
     async def listen(self) -> None:
@@ -1540,55 +1380,6 @@ class PostgresStore(SqlStore):
             # The server refused (read-only after a failover, an older schema): the
             # waits poll, and the next renewal tries again.
             log.debug("could not announce the %s listener: %s", channel, exc)
-
-    # -- API: tokens, audit log, live feed -------------------------------------------
-
-    async def feed(
-        self,
-        after_id: int,
-        *,
-        job_id: int | None,
-        queue: str | None,
-        owner: str | None,
-        states: Sequence[str] | None,
-        limit: int,
-    ) -> list[FeedEvent]:
-        where: list[sql.Composable] = [sql.SQL("e.id > %s")]
-        params: list[Any] = [after_id]
-        for column, value in (("job_id", job_id), ("queue", queue), ("owner", owner)):
-            if value is not None:
-                table = "e" if column == "job_id" else "j"
-                where.append(sql.SQL("{}.{} = %s").format(sql.SQL(table), sql.Identifier(column)))
-                params.append(value)
-        if states is not None:
-            where.append(sql.SQL("e.to_state = ANY(%s)"))
-            params.append(list(states))
-        query = sql.SQL(
-            "SELECT e.*, j.queue AS job_queue, j.task AS job_task, j.owner AS job_owner "
-            "FROM tether_job_events e LEFT JOIN tether_jobs j ON j.id = e.job_id "
-            "WHERE {} ORDER BY e.id LIMIT %s"
-        ).format(sql.SQL(" AND ").join(where))
-        params.append(limit)
-        async with self._conn() as conn:
-            cur = await conn.execute(query, params)
-            return [self._api.feed(r) for r in await cur.fetchall()]
-
-    async def last_event_id(self) -> int:
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT COALESCE(MAX(id), 0) AS n FROM tether_job_events")
-            row = await cur.fetchone()
-        return int(row["n"]) if row else 0
-
-    async def list_owned_cancellations(
-        self, owner: str, limit: int, offset: int
-    ) -> list[CancellationRow]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT c.* FROM tether_cancellations c JOIN tether_jobs j ON j.id = c.job_id "
-                "WHERE j.owner = %s ORDER BY c.initiated_at DESC, c.id LIMIT %s OFFSET %s",
-                (owner, limit, offset),
-            )
-            return [self._rows.cancellation(r) for r in await cur.fetchall()]
 
 
 class CallerPostgresStore(PostgresStore):

@@ -29,11 +29,8 @@ from tether.job import (
     Beat,
     CancellationRow,
     ControlRequest,
-    FeedEvent,
     HeartbeatResult,
     Job,
-    JobEvent,
-    JobFilter,
     LimitInfo,
     NewJob,
     Outcome,
@@ -48,7 +45,6 @@ from tether.store.base import check_dependencies
 from tether.store.common import SqlStore
 from tether.store.driver import Body, Tx, run_inline
 from tether.store.rows import (
-    CANCEL_STATE,
     CANCELLABLE_SQL,
     JOB_COLUMNS,
     RowReader,
@@ -431,129 +427,6 @@ class SqliteStore(SqlStore):
                 )
         found = self._jobs_by_ids(conn, ids[start:])
         return [found[i] for i in ids[start:]]
-
-    async def get(self, job_id: int) -> Job | None:
-        return (await self._call(lambda: self._jobs_by_ids(self._db(), [job_id]))).get(job_id)
-
-    async def list_jobs(self, flt: JobFilter) -> list[Job]:
-        where: list[str] = ["1=1"]
-        params: list[str] = []
-        if flt.states is not None:
-            where.append(f"state IN ({_marks(len(flt.states))})")
-            params.extend(s.value for s in flt.states)
-        for column in ("queue", "task", "key", "owner", "worker_id", "parent_id"):
-            value = getattr(flt, column)
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if flt.ids is not None:
-            where.append(f"id IN ({_marks(len(flt.ids))})")
-            params.extend(str(i) for i in flt.ids)
-        sql = (
-            f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE {' AND '.join(where)} "
-            "ORDER BY id DESC LIMIT ? OFFSET ?"
-        )
-        params.extend([str(flt.limit), str(flt.offset)])
-
-        def run() -> list[Job]:
-            return [self._rows.job(r) for r in self._db().execute(sql, params)]
-
-        return await self._call(run)
-
-    async def count_by_state(self) -> dict[str, int]:
-        def run() -> dict[str, int]:
-            rows = self._db().execute("SELECT state, COUNT(*) FROM tether_jobs GROUP BY state")
-            return {r[0]: r[1] for r in rows}
-
-        return await self._call(run)
-
-    async def events(self, job_id: int) -> list[JobEvent]:
-        def run() -> list[JobEvent]:
-            rows = self._db().execute(
-                "SELECT * FROM tether_job_events WHERE job_id = ? ORDER BY id", (job_id,)
-            )
-            return [self._rows.event(r) for r in rows]
-
-        return await self._call(run)
-
-    async def request_cancel(
-        self,
-        job_id: int,
-        reason: str | None,
-        force: bool,
-        actor: str | None,
-        cascade: bool = True,
-    ) -> Job:
-        def run(conn: sqlite3.Connection) -> Job:
-            row = conn.execute(
-                f"UPDATE tether_jobs SET state = {CANCEL_STATE}, "
-                f"finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {NOW} END, "
-                f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
-                "cancel_reason = COALESCE(cancel_reason, ?), "
-                "cancel_force = cancel_force OR ?, actor = ?, reason = ?, cancel_cascade = ? "
-                f"WHERE id = ? AND state IN ({CANCELLABLE_SQL}) RETURNING state",
-                (reason, force, actor, reason, cascade, job_id),
-            ).fetchone()
-            if row is not None and row[0] != "running":
-                self._propagate(conn, [job_id])
-            return self._one(conn, job_id)
-
-        job = await self._write_async(run)
-        if job.state == "running":
-            self.hints.publish(h.CANCEL, [str(job_id)])
-        return job
-
-    async def request_pause(self, job_id: int, reason: str | None, actor: str | None) -> Job:
-        def run(conn: sqlite3.Connection) -> Job:
-            conn.execute(
-                "UPDATE tether_jobs SET "
-                "state = CASE WHEN state = 'running' THEN state ELSE 'paused' END, "
-                f"pause_requested_at = COALESCE(pause_requested_at, {NOW}), "
-                "pause_reason = COALESCE(?, pause_reason), actor = ?, reason = ? "
-                "WHERE id = ? AND state IN ('queued', 'retrying', 'running')",
-                (reason, actor, reason or "paused", job_id),
-            )
-            return self._one(conn, job_id)
-
-        job = await self._write_async(run)
-        self.hints.publish(h.CONTROL if job.state == "running" else h.CHANGED, [str(job_id)])
-        return job
-
-    async def resume(self, job_id: int, budget: int | None, actor: str | None) -> Job:
-        def run(conn: sqlite3.Connection) -> Job:
-            conn.execute(
-                "UPDATE tether_jobs SET "
-                "state = CASE WHEN state = 'paused' THEN 'queued' ELSE state END, "
-                f"run_at = CASE WHEN state = 'paused' THEN {NOW} ELSE run_at END, "
-                "pause_requested_at = NULL, pause_reason = NULL, "
-                "budget = COALESCE(?, budget), actor = ?, reason = 'resumed' "
-                "WHERE id = ? AND (state = 'paused' OR "
-                "(state = 'running' AND pause_requested_at IS NOT NULL))",
-                (budget, actor, job_id),
-            )
-            return self._one(conn, job_id)
-
-        job = await self._write_async(run)
-        self.hints.publish(h.CHANGED, [str(job_id)])
-        self.hints.publish(h.ENQUEUED, [job.queue])
-        return job
-
-    async def retry(self, job_id: int, actor: str | None) -> Job:
-        def run(conn: sqlite3.Connection) -> Job:
-            conn.execute(
-                f"UPDATE tether_jobs SET state = 'queued', attempt = 0, run_at = {NOW}, "
-                "finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL, "
-                "cancel_force = 0, pause_requested_at = NULL, pause_reason = NULL, "
-                "actor = ?, reason = 'retried by a person' "
-                "WHERE id = ? AND state = 'failed'",
-                (actor, job_id),
-            )
-            return self._one(conn, job_id)
-
-        job = await self._write_async(run)
-        self.hints.publish(h.CHANGED, [str(job_id)])
-        self.hints.publish(h.ENQUEUED, [job.queue])
-        return job
 
     def _one(self, conn: sqlite3.Connection, job_id: int) -> Job:
         job = self._jobs_by_ids(conn, [job_id]).get(job_id)
@@ -1184,34 +1057,6 @@ class SqliteStore(SqlStore):
 
         return await self._write_async(run)
 
-    async def downstream(self, job_ids: Sequence[int]) -> list[Job]:
-        def run() -> list[Job]:
-            rows = self._db().execute(
-                "WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(?) "
-                "UNION SELECT d.job_id FROM tether_dependencies d JOIN reach r "
-                "ON d.depends_on = r.id "
-                "UNION SELECT c.id FROM tether_jobs c JOIN reach r ON c.parent_id = r.id) "
-                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN (SELECT id FROM reach) "
-                "AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id",
-                (json.dumps(list(job_ids)), json.dumps(list(job_ids))),
-            )
-            return [self._rows.job(r) for r in rows]
-
-        return await self._call(run)
-
-    async def dependencies(self, job_id: int) -> tuple[list[int], list[int]]:
-        def run() -> tuple[list[int], list[int]]:
-            conn = self._db()
-            up = conn.execute(
-                "SELECT depends_on FROM tether_dependencies WHERE job_id = ? ORDER BY 1", (job_id,)
-            )
-            down = conn.execute(
-                "SELECT job_id FROM tether_dependencies WHERE depends_on = ? ORDER BY 1", (job_id,)
-            )
-            return [r[0] for r in up], [r[0] for r in down]
-
-        return await self._call(run)
-
     async def listen(self) -> None:
         """Watch for other processes' commits, as NOTIFY does on PostgreSQL.
 
@@ -1252,59 +1097,6 @@ class SqliteStore(SqlStore):
         cancels = [r[0] for r in rows if r[1]]
         pauses = [r[0] for r in rows if not r[1]]
         return version, seen is not None, cancels, pauses
-
-    # -- API: tokens, audit log, live feed -------------------------------------------
-
-    async def feed(
-        self,
-        after_id: int,
-        *,
-        job_id: int | None,
-        queue: str | None,
-        owner: str | None,
-        states: Sequence[str] | None,
-        limit: int,
-    ) -> list[FeedEvent]:
-        where = ["e.id > ?"]
-        params: list[Any] = [after_id]
-        for column, value in (("e.job_id", job_id), ("j.queue", queue), ("j.owner", owner)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if states is not None:
-            where.append(f"e.to_state IN ({_marks(len(states))})")
-            params.extend(states)
-        sql = (
-            "SELECT e.*, j.queue AS job_queue, j.task AS job_task, j.owner AS job_owner "
-            "FROM tether_job_events e LEFT JOIN tether_jobs j ON j.id = e.job_id "
-            f"WHERE {' AND '.join(where)} ORDER BY e.id LIMIT ?"
-        )
-        params.append(limit)
-
-        def run() -> list[FeedEvent]:
-            return [self._api.feed(r) for r in self._db().execute(sql, params)]
-
-        return await self._call(run)
-
-    async def last_event_id(self) -> int:
-        def run() -> int:
-            row = self._db().execute("SELECT COALESCE(MAX(id), 0) FROM tether_job_events")
-            return int(row.fetchone()[0])
-
-        return await self._call(run)
-
-    async def list_owned_cancellations(
-        self, owner: str, limit: int, offset: int
-    ) -> list[CancellationRow]:
-        def run() -> list[CancellationRow]:
-            rows = self._db().execute(
-                "SELECT c.* FROM tether_cancellations c JOIN tether_jobs j ON j.id = c.job_id "
-                "WHERE j.owner = ? ORDER BY c.initiated_at DESC, c.id LIMIT ? OFFSET ?",
-                (owner, limit, offset),
-            )
-            return [self._rows.cancellation(r) for r in rows]
-
-        return await self._call(run)
 
 
 class MemoryDatabase:

@@ -1,5 +1,25 @@
 """SQLite's named queries (see :mod:`tether.store.sql`). Times are Unix seconds (``NOW``)."""
 
-from tether.store.sql.sqlite import auth, fragments, maintenance, rows, schedules, schema, workflow
+from tether.store.sql.sqlite import (
+    auth,
+    feed,
+    fragments,
+    jobs,
+    maintenance,
+    rows,
+    schedules,
+    schema,
+    workflow,
+)
 
-__all__ = ["auth", "fragments", "maintenance", "rows", "schedules", "schema", "workflow"]
+__all__ = [
+    "auth",
+    "feed",
+    "fragments",
+    "jobs",
+    "maintenance",
+    "rows",
+    "schedules",
+    "schema",
+    "workflow",
+]
