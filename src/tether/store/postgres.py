@@ -29,7 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from tether import hints as h
 from tether.config import DEFAULT_POOL_SIZE, StoreConfig
-from tether.errors import ConfigError, InvalidJobError, JobNotFoundError, StoreError
+from tether.errors import ConfigError, InvalidJobError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
@@ -39,7 +39,6 @@ from tether.job import (
     HeartbeatResult,
     Job,
     LimitInfo,
-    NewJob,
     Outcome,
     QueueInfo,
     RateLimitInfo,
@@ -48,9 +47,8 @@ from tether.job import (
 from tether.procinfo import PidSpace, pid_space
 from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
-from tether.store.base import check_dependencies
 from tether.store.common import SqlStore
-from tether.store.driver import Body, T
+from tether.store.driver import Body, T, Tx
 from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx, chunks
 from tether.store.rows import (
     JOB_COLUMNS,
@@ -74,7 +72,6 @@ LISTENER_TTL = 30.0
 # listened to within this), and how often it checks the connection with a round trip.
 LISTEN_SYNC = 0.2
 LISTEN_PING = 1.0
-KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 # Errors after which a connection is not reused, nor any other connection the pool
 # opened before: the server changed under them. 25006: read-only (a failover to a
@@ -99,41 +96,6 @@ LISTEN_HEALTHY = 30.0
 LOG_EVERY = 30.0  # seconds between two log lines about the same outage
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
-
-# Every enqueue, one statement for the whole batch. Linked jobs (dependencies, a parent)
-# arrive with ids drawn from the sequence already; the others take theirs here, in row
-# order.
-Q_ENQUEUE: LiteralString = f"""
-INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
-                         run_at, owner, idempotency_key, actor, budget, limits, parent_id,
-                         has_dependents, idempotency_expires_at)
-SELECT COALESCE(i, nextval('tether_jobs_id_seq')), t, a::jsonb, q, p, k, st, m, tmo,
-       COALESCE(ra, now() + make_interval(secs => d)), o, ik, 'enqueue', b,
-       CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(l::jsonb))
-       END, par, hd, now() + make_interval(secs => uf)
-FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
-            %s::text[], %s::int[], %s::float8[], %s::float8[], %s::text[], %s::text[],
-            %s::bigint[], %s::text[], %s::bigint[], %s::boolean[], %s::timestamptz[],
-            %s::float8[])
-     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING {JOB_COLUMNS}
-"""
-
-# A key whose uniqueness window has passed is let go by its old job, so that this
-# enqueue creates a new one (run under the keys' locks, before the insert).
-Q_RELEASE_KEYS: LiteralString = """
-UPDATE tether_jobs SET idempotency_key = NULL
-WHERE idempotency_key = ANY(%s) AND idempotency_expires_at <= now()
-"""
-
-# Concurrent batches sharing idempotency keys in different orders would deadlock on the
-# unique index; taking a lock per key in one global order first makes them queue instead.
-Q_LOCK_KEYS: LiteralString = """
-SELECT pg_advisory_xact_lock(%s, h) FROM (
-    SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS k
-) AS keys ORDER BY h
-"""
 
 Q_CLAIM: LiteralString = f"""
 SELECT {JOB_COLUMNS}
@@ -223,20 +185,6 @@ SELECT id, state FROM u
 """
 
 # The cancel request's change alone, with which deleting a job settles it.
-Q_CANCEL: LiteralString = pg_sql.jobs.CANCEL_UPDATE
-
-Q_SPAWN: LiteralString = f"""
-INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
-                         owner, idempotency_key, actor, budget, limits, parent_id)
-SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(key)s, 'queued',
-       %(max_attempts)s, %(timeout)s, now() + make_interval(secs => %(delay)s), p.owner,
-       %(idem)s, 'spawn', %(budget)s, %(limits)s::text[], p.id
-FROM tether_jobs p
--- Fenced by the parent's lease: a cancelled, deleted or rescued parent cannot spawn.
-WHERE p.id = %(parent)s AND p.lease_token = %(token)s AND p.state = 'running'
-  AND p.cancel_requested_at IS NULL
-RETURNING {JOB_COLUMNS}
-"""
 
 # The fence of an INSERT-based worker write (spawn, artifact), run after the INSERT in
 # its transaction. The INSERT's own lease test reads the snapshot of its start, and the
@@ -251,49 +199,6 @@ WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
   AND (NOT %(no_cancel)s OR cancel_requested_at IS NULL)
 FOR SHARE
 """
-
-Q_CANCEL_CHILDREN: LiteralString = f"""
-UPDATE tether_jobs SET state = 'cancelled',
-    cancel_requested_at = COALESCE(cancel_requested_at, now()),
-    cancel_reason = COALESCE(cancel_reason, 'parent job deleted'),
-    lease_token = lease_token + (state = 'running')::int, lease_expires_at = NULL,
-    finished_at = now(), actor = %(actor)s, reason = 'parent job deleted'
-WHERE parent_id = %(parent)s AND state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
-RETURNING {JOB_COLUMNS}
-"""
-
-
-def _columns(rows: Sequence[tuple[int | None, NewJob, str, bool]]) -> list[list[Any]]:
-    """:data:`Q_ENQUEUE`'s arrays from (id or None, job, first state, has dependents)."""
-    cols: list[list[Any]] = [[] for _ in range(18)]
-    for new_id, j, state, has_dependents in rows:
-        for col, value in zip(
-            cols,
-            (
-                new_id,
-                j.task,
-                j.args_json,
-                j.queue,
-                j.priority,
-                j.key,
-                state,
-                j.max_attempts,
-                # float8[] columns: psycopg refuses a list mixing int and float.
-                None if j.timeout is None else float(j.timeout),
-                float(j.delay),
-                j.owner,
-                j.idempotency_key,
-                j.budget,
-                json.dumps(j.limits) if j.limits else None,
-                j.parent_id,
-                has_dependents,
-                j.run_at,
-                None if j.unique_for is None else float(j.unique_for),
-            ),
-            strict=True,
-        ):
-            col.append(value)
-    return cols
 
 
 URL_SETTINGS = ("pool_size", "statement_timeout", "answer_timeout", "pgbouncer", "listen_url")
@@ -635,146 +540,6 @@ class PostgresStore(SqlStore):
 
     # -- producers and readers -----------------------------------------------------------
 
-    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
-        if not jobs:
-            return []
-        if any(j.parent_id or j.depends_on or j.depends_on_batch for j in jobs):
-            return await self._enqueue_linked(jobs)
-        cols = _columns([(None, j, "queued", False) for j in jobs])
-        async with self._conn() as conn, conn.transaction():
-            keys = [j.idempotency_key for j in jobs if j.idempotency_key is not None]
-            if keys:
-                await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
-                await conn.execute(Q_RELEASE_KEYS, (keys,))
-            cur = await conn.execute(Q_ENQUEUE, cols)
-            # Sequence values follow row order, so sorting by id restores input order.
-            new = sorted((self._rows.job(r) for r in await cur.fetchall()), key=lambda j: j.id)
-            existing: dict[str, Job] = {}
-            new_keys = {j.idempotency_key for j in new if j.idempotency_key is not None}
-            wanted = [
-                j.idempotency_key
-                for j in jobs
-                if j.idempotency_key is not None and j.idempotency_key not in new_keys
-            ]
-            if wanted:
-                cur = await conn.execute(
-                    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = ANY(%s)",
-                    (wanted,),
-                )
-                existing = {r["idempotency_key"]: self._rows.job(r) for r in await cur.fetchall()}
-            await self._notify(conn, "tether_enqueued", sorted({j.queue for j in new}))
-        out: list[Job] = []
-        seen: dict[str, Job] = {}
-        it = iter(new)
-        for j in jobs:
-            k = j.idempotency_key
-            if k is not None and k in seen:
-                out.append(seen[k])
-            elif k is not None and k not in new_keys:
-                out.append(existing[k])
-                seen[k] = existing[k]
-            else:
-                job = next(it)
-                out.append(job)
-                if k is not None:
-                    seen[k] = job
-        return out
-
-    async def _enqueue_linked(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """Jobs with dependencies or a parent, in a few statements however many there are.
-
-        Ids are drawn from the sequence first, so that dependencies on earlier entries
-        of the batch are known before anything is written.
-        """
-        async with self._conn() as conn, conn.transaction():
-            keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
-            existing: dict[str, Job] = {}
-            if keys:
-                await conn.execute(Q_LOCK_KEYS, (KEY_LOCK_SPACE, keys))
-                await conn.execute(Q_RELEASE_KEYS, (keys,))
-                cur = await conn.execute(
-                    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE idempotency_key = ANY(%s)",
-                    (keys,),
-                )
-                existing = {r["idempotency_key"]: self._rows.job(r) for r in await cur.fetchall()}
-            # Each entry stands for a new row, or for the job its idempotency key names.
-            first: dict[str, int] = {}
-            fresh = []
-            for i, j in enumerate(jobs):
-                k = j.idempotency_key
-                if k is None or (k not in existing and k not in first):
-                    fresh.append(i)
-                    if k is not None:
-                        first[k] = i
-            cur = await conn.execute(
-                "SELECT nextval('tether_jobs_id_seq') AS id FROM generate_series(1, %s)",
-                (len(fresh),),
-            )
-            ids = [0] * len(jobs)
-            for i, new_id in zip(fresh, sorted(r["id"] for r in await cur.fetchall()), strict=True):
-                ids[i] = new_id
-            for i, j in enumerate(jobs):
-                k = j.idempotency_key
-                if k is not None and k in existing:
-                    ids[i] = existing[k].id
-                elif k is not None and first[k] != i:
-                    ids[i] = ids[first[k]]
-            deps = {
-                i: sorted({*jobs[i].depends_on, *(ids[b] for b in jobs[i].depends_on_batch)})
-                for i in fresh
-            }
-            new_ids = {ids[i] for i in fresh}
-            outside = sorted({d for ds in deps.values() for d in ds} - new_ids)
-            found: dict[int, str] = {}
-            if outside:
-                # FOR SHARE: an upstream job cannot finish between this check and our
-                # commit, so its trigger will see the new dependencies.
-                cur = await conn.execute(
-                    "SELECT id, state FROM tether_jobs WHERE id = ANY(%s) FOR SHARE", (outside,)
-                )
-                found = {r["id"]: r["state"] for r in await cur.fetchall()}
-            # A new job of this batch has not succeeded: its dependents start blocked.
-            found.update(dict.fromkeys(new_ids, "queued"))
-            for ds in deps.values():
-                check_dependencies(ds, found)
-            upstream = {d for ds in deps.values() for d in ds}
-            cols = _columns(
-                [
-                    (
-                        ids[i],
-                        jobs[i],
-                        "blocked" if any(found[d] != "succeeded" for d in deps[i]) else "queued",
-                        ids[i] in upstream,
-                    )
-                    for i in fresh
-                ]
-            )
-            cur = await conn.execute(Q_ENQUEUE, cols)
-            rows = {r["id"]: self._rows.job(r) for r in await cur.fetchall()}
-            pairs = [(ids[i], d) for i in fresh for d in deps[i]]
-            if pairs:
-                await conn.execute(
-                    "INSERT INTO tether_dependencies (job_id, depends_on) "
-                    "SELECT * FROM unnest(%s::bigint[], %s::bigint[])",
-                    ([a for a, _ in pairs], [b for _, b in pairs]),
-                )
-            if outside:
-                await conn.execute(
-                    "UPDATE tether_jobs SET has_dependents = true "
-                    "WHERE id = ANY(%s) AND NOT has_dependents",
-                    (outside,),
-                )
-            await self._notify(conn, "tether_enqueued", sorted({jobs[i].queue for i in fresh}))
-        by_key = {k: rows[ids[i]] for k, i in first.items()}
-        return [
-            existing[j.idempotency_key]
-            if j.idempotency_key in existing
-            else by_key[j.idempotency_key]
-            if j.idempotency_key is not None
-            else rows[ids[i]]
-            for i, j in enumerate(jobs)
-        ]
-
     # -- queues, limits, artifacts, cancellations ----------------------------------------
 
     async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
@@ -880,7 +645,7 @@ class PostgresStore(SqlStore):
             )
             if cur.rowcount != 1:
                 return False
-            if not await self._lease_held(conn, job_id, lease_token, no_cancel=False):
+            if not await self._lease_held(PostgresTx(conn), job_id, lease_token, no_cancel=False):
                 raise psycopg.Rollback()
             return True
         return False  # rolled back: the lease was lost while the INSERT waited
@@ -1178,77 +943,10 @@ class PostgresStore(SqlStore):
 
     # -- workflows -----------------------------------------------------------------------
 
-    async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                Q_SPAWN,
-                {
-                    "parent": parent_id,
-                    "token": lease_token,
-                    "task": job.task,
-                    "args": job.args_json,
-                    "queue": job.queue,
-                    "priority": job.priority,
-                    "key": job.key,
-                    "max_attempts": job.max_attempts,
-                    "timeout": job.timeout,
-                    "delay": float(job.delay),
-                    "idem": job.idempotency_key,
-                    "budget": job.budget,
-                    "limits": list(job.limits) or None,
-                },
-            )
-            row = await cur.fetchone()
-            if row is None:
-                return None
-            if not await self._lease_held(conn, parent_id, lease_token, no_cancel=True):
-                raise psycopg.Rollback()
-            await conn.execute(
-                "UPDATE tether_jobs SET has_children = true WHERE id = %s AND NOT has_children",
-                (parent_id,),
-            )
-            await self._notify(conn, "tether_enqueued", [job.queue])
-            return self._rows.job(row)
-        return None  # rolled back: the lease was lost while the INSERT waited
-
-    async def _lease_held(self, conn: Conn, job_id: int, token: int, *, no_cancel: bool) -> bool:
+    async def _lease_held(self, tx: Tx, job_id: int, token: int, *, no_cancel: bool) -> bool:
         """Lock the job row (``Q_LEASE_HELD``) if its lease is still ``token``'s."""
-        cur = await conn.execute(
-            Q_LEASE_HELD, {"id": job_id, "token": token, "no_cancel": no_cancel}
-        )
-        return await cur.fetchone() is not None
-
-    async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %s FOR UPDATE", (job_id,)
-            )
-            row = await cur.fetchone()
-            if row is None:
-                raise JobNotFoundError(job_id)
-            cur = await conn.execute(Q_CANCEL_CHILDREN, {"parent": job_id, "actor": actor})
-            children = [self._rows.job(r) for r in await cur.fetchall()]
-            # Settle the job itself first, so counters and dependents see it end.
-            await conn.execute(
-                Q_CANCEL,
-                {
-                    "id": job_id,
-                    "reason": "job deleted",
-                    "force": True,
-                    "actor": actor,
-                    "cascade": True,
-                },
-            )
-            await conn.execute(
-                "UPDATE tether_jobs SET state = 'cancelled', lease_token = lease_token + 1, "
-                "lease_expires_at = NULL, finished_at = now(), actor = %s, reason = 'job deleted' "
-                "WHERE id = %s AND state = 'running'",
-                (actor, job_id),
-            )
-            await conn.execute("DELETE FROM tether_dependencies WHERE job_id = %s", (job_id,))
-            await conn.execute("DELETE FROM tether_artifacts WHERE job_id = %s", (job_id,))
-            await conn.execute("DELETE FROM tether_jobs WHERE id = %s", (job_id,))
-        return self._rows.job(row), children
+        params = {"id": job_id, "token": token, "no_cancel": no_cancel}
+        return await tx.one(Q_LEASE_HELD, params) is not None
 
     # -- notifications -------------------------------------------------------------------
 

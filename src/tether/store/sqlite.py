@@ -41,11 +41,9 @@ from tether.job import (
 from tether.procinfo import PidSpace, pid_space
 from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
-from tether.store.base import check_dependencies
 from tether.store.common import SqlStore
 from tether.store.driver import Body, Tx, run_inline
 from tether.store.rows import (
-    CANCELLABLE_SQL,
     JOB_COLUMNS,
     RowReader,
     effective_state,
@@ -80,11 +78,6 @@ LOCK_POLL_MAX = 0.008
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
 OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
-# A job of another bulk enqueue still in progress (the parameter: this enqueue's own
-# batch, or NULL): it may yet be deleted with its bulk.
-UNCOMMITTED = (
-    "(batch IS NOT NULL AND batch IS NOT ? AND batch IN (SELECT id FROM tether_open_batches))"
-)
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
 RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
 
@@ -258,9 +251,8 @@ class SqliteStore(SqlStore):
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         if len(jobs) <= BULK_CHUNK:
-            out = await self._write_async(functools.partial(self._insert_jobs, jobs, [], None))
-        else:
-            out = await self._enqueue_in_chunks(jobs)
+            return await super().enqueue(jobs)
+        out = await self._enqueue_in_chunks(jobs)
         self.hints.publish(h.ENQUEUED, {job.queue for job in out})
         return out
 
@@ -280,9 +272,8 @@ class SqliteStore(SqlStore):
             for i in range(0, len(jobs), BULK_CHUNK):
                 if i:
                     await asyncio.sleep(BULK_PAUSE)
-                part = jobs[i : i + BULK_CHUNK]
-                out += await self._write_async(
-                    functools.partial(self._insert_jobs, part, ids, batch)
+                out += await self._transact(
+                    functools.partial(self._chunk, jobs[i : i + BULK_CHUNK], ids, batch)
                 )
             closed = await self._write_async(
                 lambda conn: (
@@ -331,102 +322,16 @@ class SqliteStore(SqlStore):
             conn.execute(f"DELETE FROM {table} WHERE {column} IN {EACH}", (json.dumps(ids),))
         return True
 
-    def _insert_jobs(
-        self,
-        jobs: Sequence[NewJob],
-        ids: list[int],
-        batch: str | None,
-        conn: sqlite3.Connection,
-    ) -> list[Job]:
-        """Insert ``jobs`` (``ids``: the ids of the batch's earlier chunks, extended)."""
-        if (
-            batch is not None
-            and not conn.execute(
-                f"UPDATE tether_open_batches SET touched_at = {NOW} WHERE id = ?", (batch,)
-            ).rowcount
-        ):
+    async def _chunk(self, jobs: Sequence[NewJob], ids: list[int], batch: str, tx: Tx) -> list[Job]:
+        """Insert one chunk of a bulk (``ids``: the ids of its earlier chunks, extended)."""
+        touched = await tx.run(
+            f"UPDATE tether_open_batches SET touched_at = {NOW} WHERE id = :batch",
+            {"batch": batch},
+        )
+        if not touched:
             raise StoreError("bulk enqueue abandoned: it stalled too long between chunks")
-        start = len(ids)
-        keys = sorted({j.idempotency_key for j in jobs if j.idempotency_key is not None})
-        if keys:
-            # A key whose uniqueness window has passed is let go by its old job.
-            conn.execute(
-                "UPDATE tether_jobs SET idempotency_key = NULL "
-                f"WHERE idempotency_key IN {EACH} AND idempotency_expires_at <= {NOW}",
-                (json.dumps(keys),),
-            )
-        for job in jobs:
-            # A known idempotency key answers first: the existing job, whatever the rest
-            # of this request says (its dependencies are not checked again).
-            if job.idempotency_key is not None:
-                row = conn.execute(
-                    f"SELECT id, {UNCOMMITTED} AS pending FROM tether_jobs "
-                    "WHERE idempotency_key = ?",
-                    (batch, job.idempotency_key),
-                ).fetchone()
-                if row is not None and row[1]:
-                    # Its job may yet be deleted with its bulk: no answer to give now.
-                    raise StoreError(
-                        f"idempotency key {job.idempotency_key!r} is being written by a bulk "
-                        "enqueue still in progress; try again"
-                    )
-                if row is not None:
-                    ids.append(row[0])
-                    continue
-            deps = sorted({*job.depends_on, *(ids[i] for i in job.depends_on_batch)})
-            state = "queued"
-            if deps:
-                # A job of another bulk still being written is not there yet: depending
-                # on it would leave a dangling link if that bulk failed.
-                found = {
-                    r[0]: r[1]
-                    for r in conn.execute(
-                        f"SELECT id, state FROM tether_jobs WHERE id IN ({_marks(len(deps))}) "
-                        f"AND NOT {UNCOMMITTED}",
-                        [*deps, batch],
-                    )
-                }
-                check_dependencies(deps, found)
-                if any(st != "succeeded" for st in found.values()):
-                    state = "blocked"
-            row = conn.execute(
-                "INSERT INTO tether_jobs (task, args, queue, priority, key, state, "
-                "max_attempts, timeout, run_at, created_at, owner, idempotency_key, actor, "
-                "budget, limits, parent_id, batch, idempotency_expires_at) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {NOW} + ?), {NOW}, ?, ?, "
-                f"'enqueue', ?, ?, ?, ?, {NOW} + ?) RETURNING id",
-                (
-                    job.task,
-                    job.args_json,
-                    job.queue,
-                    job.priority,
-                    job.key,
-                    state,
-                    job.max_attempts,
-                    job.timeout,
-                    None if job.run_at is None else job.run_at.timestamp(),
-                    job.delay,
-                    job.owner,
-                    job.idempotency_key,
-                    job.budget,
-                    json.dumps(job.limits) if job.limits else None,
-                    job.parent_id,
-                    batch,
-                    job.unique_for,
-                ),
-            ).fetchone()
-            ids.append(row[0])
-            conn.executemany(
-                "INSERT INTO tether_dependencies (job_id, depends_on) VALUES (?, ?)",
-                [(row[0], d) for d in deps],
-            )
-            if deps:
-                conn.execute(
-                    f"UPDATE tether_jobs SET has_dependents = 1 WHERE id IN {EACH}",
-                    (json.dumps(deps),),
-                )
-        found = self._jobs_by_ids(conn, ids[start:])
-        return [found[i] for i in ids[start:]]
+        out, _ = await self._insert_jobs(tx, jobs, ids, batch)
+        return out
 
     def _one(self, conn: sqlite3.Connection, job_id: int) -> Job:
         job = self._jobs_by_ids(conn, [job_id]).get(job_id)
@@ -988,75 +893,6 @@ class SqliteStore(SqlStore):
         run_inline(propagate(tx, changed))
         tx.announce(self.hints)
 
-    async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
-        def run(conn: sqlite3.Connection) -> Job | None:
-            row = conn.execute(
-                "INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, "
-                "timeout, run_at, created_at, owner, idempotency_key, actor, budget, limits, "
-                f"parent_id) SELECT ?, ?, ?, ?, ?, 'queued', ?, ?, {NOW} + ?, {NOW}, p.owner, "
-                "?, 'spawn', ?, ?, p.id FROM tether_jobs p WHERE p.id = ? AND "
-                "p.lease_token = ? AND p.state = 'running' AND p.cancel_requested_at IS NULL "
-                "RETURNING id",
-                (
-                    job.task,
-                    job.args_json,
-                    job.queue,
-                    job.priority,
-                    job.key,
-                    job.max_attempts,
-                    job.timeout,
-                    job.delay,
-                    job.idempotency_key,
-                    job.budget,
-                    json.dumps(job.limits) if job.limits else None,
-                    parent_id,
-                    lease_token,
-                ),
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute("UPDATE tether_jobs SET has_children = 1 WHERE id = ?", (parent_id,))
-            return self._one(conn, row[0])
-
-        child = await self._write_async(run)
-        if child is not None:
-            self.hints.publish(h.ENQUEUED, [child.queue])
-        return child
-
-    async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
-        def run(conn: sqlite3.Connection) -> tuple[Job, list[Job]]:
-            job = self._one(conn, job_id)
-            children = [
-                r[0]
-                for r in conn.execute(
-                    "UPDATE tether_jobs SET state = 'cancelled', "
-                    f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
-                    "cancel_reason = COALESCE(cancel_reason, 'parent job deleted'), "
-                    "lease_token = lease_token + (state = 'running'), lease_expires_at = NULL, "
-                    f"finished_at = {NOW}, actor = ?, reason = 'parent job deleted' "
-                    f"WHERE parent_id = ? AND state IN ({LIVE_SQL}) RETURNING id",
-                    (actor, job_id),
-                )
-            ]
-            # Settle the job itself first, so counters and dependents see it end.
-            conn.execute(
-                "UPDATE tether_jobs SET state = 'cancelled', "
-                f"cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), "
-                "cancel_reason = COALESCE(cancel_reason, 'job deleted'), "
-                "lease_token = lease_token + (state = 'running'), lease_expires_at = NULL, "
-                f"finished_at = {NOW}, actor = ?, reason = 'job deleted' "
-                f"WHERE id = ? AND state IN ({CANCELLABLE_SQL})",
-                (actor, job_id),
-            )
-            self._propagate(conn, [*children, job_id])
-            conn.execute("DELETE FROM tether_dependencies WHERE job_id = ?", (job_id,))
-            conn.execute("DELETE FROM tether_artifacts WHERE job_id = ?", (job_id,))
-            conn.execute("DELETE FROM tether_jobs WHERE id = ?", (job_id,))
-            found = self._jobs_by_ids(conn, children)
-            return job, [found[i] for i in children]
-
-        return await self._write_async(run)
-
     async def listen(self) -> None:
         """Watch for other processes' commits, as NOTIFY does on PostgreSQL.
 
@@ -1152,7 +988,7 @@ class CallerSqliteStore(SqliteStore):
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         # One savepoint in the caller's transaction, however many jobs: the caller holds
         # the write lock throughout, so chunks would only make it longer.
-        return await self._write_async(functools.partial(self._insert_jobs, jobs, [], None))
+        return await SqlStore.enqueue(self, jobs)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         conn = self._caller

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tether.store.common.auth import AuthSql
 from tether.store.common.base import SqlBase
+from tether.store.common.enqueue import EnqueueSql
 from tether.store.common.feed import FeedSql
 from tether.store.common.jobs import JobsSql
 from tether.store.common.maintenance import MaintenanceSql
@@ -17,7 +18,9 @@ from tether.store.common.schedules import SchedulesSql
 from tether.store.common.schema import SchemaSql
 
 
-class SqlStore(AuthSql, FeedSql, JobsSql, MaintenanceSql, SchedulesSql, SchemaSql, SqlBase):
+class SqlStore(
+    AuthSql, EnqueueSql, FeedSql, JobsSql, MaintenanceSql, SchedulesSql, SchemaSql, SqlBase
+):
     """Every store method written once; see the module docstring."""
 
 

@@ -2,6 +2,7 @@
 
 from tether.store.sql.postgres import (
     auth,
+    enqueue,
     feed,
     fragments,
     jobs,
@@ -11,4 +12,14 @@ from tether.store.sql.postgres import (
     schema,
 )
 
-__all__ = ["auth", "feed", "fragments", "jobs", "maintenance", "rows", "schedules", "schema"]
+__all__ = [
+    "auth",
+    "enqueue",
+    "feed",
+    "fragments",
+    "jobs",
+    "maintenance",
+    "rows",
+    "schedules",
+    "schema",
+]

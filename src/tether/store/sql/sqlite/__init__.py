@@ -2,6 +2,7 @@
 
 from tether.store.sql.sqlite import (
     auth,
+    enqueue,
     feed,
     fragments,
     jobs,
@@ -14,6 +15,7 @@ from tether.store.sql.sqlite import (
 
 __all__ = [
     "auth",
+    "enqueue",
     "feed",
     "fragments",
     "jobs",

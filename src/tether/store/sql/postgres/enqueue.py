@@ -1,0 +1,146 @@
+"""Creating jobs: enqueue, spawn and delete (see :mod:`tether.store.common.enqueue`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether.store.rows import CANCEL_STATE, CANCELLABLE_SQL, JOB_COLUMNS
+
+# Concurrent batches sharing idempotency keys in different orders would deadlock on the
+# unique index; taking a lock per key in one global order first makes them queue instead.
+KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
+LOCK_KEYS = f"""
+SELECT pg_advisory_xact_lock({KEY_LOCK_SPACE}, h) FROM (
+    SELECT DISTINCT hashtext(k) AS h FROM unnest(%(keys)s::text[]) AS k
+) AS keys ORDER BY h
+"""
+
+# TAKEN_KEYS lets the keys go itself, in the same round trip.
+RELEASE_KEYS = None
+
+# The jobs that hold the keys, with the key as stored (never pending here: a PostgreSQL
+# enqueue commits at once). A key whose uniqueness window has passed is let go by its old
+# job first, so that this enqueue creates a new one (run under the keys' locks, before
+# the insert); the SELECT reads the rows as they were before that UPDATE, so the jobs
+# it released are left out by id.
+TAKEN_KEYS = f"""
+WITH released AS (
+    UPDATE tether_jobs SET idempotency_key = NULL
+    WHERE idempotency_key = ANY(%(keys)s) AND idempotency_expires_at <= now()
+    RETURNING id
+)
+SELECT idempotency_key, false AS pending, {JOB_COLUMNS} FROM tether_jobs
+WHERE idempotency_key = ANY(%(keys)s) AND id NOT IN (SELECT id FROM released)
+"""
+
+# Ids for the new jobs, drawn before anything is written, so that the dependencies on
+# earlier entries of the batch are known first.
+NEW_IDS = "SELECT nextval('tether_jobs_id_seq') FROM generate_series(1, %(n)s)"
+
+# FOR SHARE: an upstream job cannot finish between this check and our commit, so its
+# trigger will see the new dependencies.
+DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR SHARE"
+
+# Every enqueue, one statement for the whole batch. Jobs whose ids were drawn already
+# (see NEW_IDS) arrive with them; the others take theirs here, in row order.
+INSERT_JOBS = f"""
+INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
+                         run_at, owner, idempotency_key, actor, budget, limits, parent_id,
+                         has_dependents, idempotency_expires_at)
+SELECT COALESCE(i, nextval('tether_jobs_id_seq')), t, a::jsonb, q, p, k, st, m, tmo,
+       COALESCE(ra, now() + make_interval(secs => d)), o, ik, 'enqueue', b,
+       CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(l::jsonb))
+       END, par, hd, now() + make_interval(secs => uf)
+FROM unnest(%(i)s::bigint[], %(t)s::text[], %(a)s::text[], %(q)s::text[], %(p)s::int[],
+            %(k)s::text[], %(st)s::text[], %(m)s::int[], %(tmo)s::float8[], %(d)s::float8[],
+            %(o)s::text[], %(ik)s::text[], %(b)s::bigint[], %(l)s::text[], %(par)s::bigint[],
+            %(hd)s::boolean[], %(ra)s::timestamptz[], %(uf)s::float8[])
+     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING idempotency_key, {JOB_COLUMNS}
+"""
+_INSERT_COLUMNS = (
+    *("i", "t", "a", "q", "p", "k", "st", "m", "tmo"),
+    *("d", "o", "ik", "b", "l", "par", "hd", "ra", "uf"),
+)
+
+
+def job_rows(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+    """:data:`INSERT_JOBS`'s parameters: one array per column of the rows
+    (:meth:`~tether.store.common.enqueue.EnqueueSql._job_row`)."""
+    cols: list[list[Any]] = [[] for _ in _INSERT_COLUMNS]
+    for row in rows:
+        for col, value in zip(cols, row, strict=True):
+            col.append(value)
+    # float8[] columns: psycopg refuses a list mixing int and float.
+    for at in (8, 9, 17):
+        cols[at] = [None if v is None else float(v) for v in cols[at]]
+    return dict(zip(_INSERT_COLUMNS, cols, strict=True))
+
+
+INSERT_DEPENDENCIES = (
+    "INSERT INTO tether_dependencies (job_id, depends_on) "
+    "SELECT * FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[])"
+)
+
+
+def dependency_rows(pairs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
+    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on)."""
+    return {"job_ids": [a for a, _ in pairs], "depends_on": [b for _, b in pairs]}
+
+
+MARK_UPSTREAM = (
+    "UPDATE tether_jobs SET has_dependents = true WHERE id = ANY(%(ids)s) AND NOT has_dependents"
+)
+
+SPAWN = f"""
+INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
+                         owner, idempotency_key, actor, budget, limits, parent_id)
+SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(key)s, 'queued',
+       %(max_attempts)s, %(timeout)s, now() + make_interval(secs => %(delay)s), p.owner,
+       %(idem)s, 'spawn', %(budget)s, %(limits)s::text[], p.id
+FROM tether_jobs p
+-- Fenced by the parent's lease: a cancelled, deleted or rescued parent cannot spawn.
+WHERE p.id = %(parent)s AND p.lease_token = %(token)s AND p.state = 'running'
+  AND p.cancel_requested_at IS NULL
+RETURNING {JOB_COLUMNS}
+"""
+
+MARK_PARENT = "UPDATE tether_jobs SET has_children = true WHERE id = %(id)s AND NOT has_children"
+
+# The job to delete, locked until the transaction ends.
+DELETING = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %(id)s FOR UPDATE"
+
+CANCEL_CHILDREN = f"""
+UPDATE tether_jobs SET state = 'cancelled',
+    cancel_requested_at = COALESCE(cancel_requested_at, now()),
+    cancel_reason = COALESCE(cancel_reason, 'parent job deleted'),
+    lease_token = lease_token + (state = 'running')::int, lease_expires_at = NULL,
+    finished_at = now(), actor = %(actor)s, reason = 'parent job deleted'
+WHERE parent_id = %(id)s AND state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
+RETURNING {JOB_COLUMNS}
+"""
+
+# The deleted job settles as a forced cascading cancel request would, and a running one
+# is then cancelled at once: two statements, as one cannot change a row twice.
+SETTLE_DELETED = (
+    f"""
+UPDATE tether_jobs SET
+    state = {CANCEL_STATE},
+    finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
+    cancel_requested_at = COALESCE(cancel_requested_at, now()),
+    cancel_reason = COALESCE(cancel_reason, 'job deleted'),
+    cancel_force = true, actor = %(actor)s, reason = 'job deleted', cancel_cascade = true
+WHERE id = %(id)s AND state IN ({CANCELLABLE_SQL})
+""",
+    "UPDATE tether_jobs SET state = 'cancelled', lease_token = lease_token + 1, "
+    "lease_expires_at = NULL, finished_at = now(), actor = %(actor)s, reason = 'job deleted' "
+    "WHERE id = %(id)s AND state = 'running'",
+)
+
+DELETE_JOB = (
+    "DELETE FROM tether_dependencies WHERE job_id = %(id)s",
+    "DELETE FROM tether_artifacts WHERE job_id = %(id)s",
+    "DELETE FROM tether_jobs WHERE id = %(id)s",
+)
