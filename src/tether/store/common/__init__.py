@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from tether.store.common.auth import AuthSql
 from tether.store.common.base import SqlBase
+from tether.store.common.cancellations import CancellationsSql
+from tether.store.common.queues import QueuesSql
+from tether.store.common.workers import WorkersSql
 
 
-class SqlStore(AuthSql, SqlBase):
+class SqlStore(AuthSql, QueuesSql, WorkersSql, CancellationsSql, SqlBase):
     """Every store method written once; see the module docstring."""
 
 

@@ -1,5 +1,21 @@
 """SQLite's named queries (see :mod:`tether.store.sql`). Times are Unix seconds (``NOW``)."""
 
-from tether.store.sql.sqlite import auth, fragments, rows, workflow
+from tether.store.sql.sqlite import (
+    auth,
+    cancellations,
+    fragments,
+    queues,
+    rows,
+    workers,
+    workflow,
+)
 
-__all__ = ["auth", "fragments", "rows", "workflow"]
+__all__ = [
+    "auth",
+    "cancellations",
+    "fragments",
+    "queues",
+    "rows",
+    "workers",
+    "workflow",
+]
