@@ -1053,8 +1053,8 @@ class PostgresStore(SqlStore):
     # -- workers -------------------------------------------------------------------------
 
     # The worker's row (WorkersSql) records the backend pid of this store's LISTEN
-    # session, which Q_DEAD_SESSIONS watches: SQLite has no such session.
-    async def _worker_session(self, worker_id: str) -> int | None:
+    # session (_backend_pid), which Q_DEAD_SESSIONS watches: SQLite has no such session.
+    async def _worker_session(self, worker_id: str) -> None:
         await self.listen()
         if self._listen_dsn is not None:
             # The session whose end tells that the worker died (see Q_DEAD_SESSIONS),
@@ -1063,7 +1063,6 @@ class PostgresStore(SqlStore):
             await asyncio.wait_for(self._listening_on(self._sticky), 10)
         # A new LISTEN session writes its pid into the rows of these workers (_serve).
         self._workers.add(worker_id)
-        return self._backend_pid
 
     def _worker_gone(self, worker_id: str) -> None:
         self._workers.discard(worker_id)

@@ -14,11 +14,14 @@ from tether.store.driver import Tx
 class WorkersSql(SqlBase):
     """A worker's row: who and where it is, its state, its threads."""
 
-    async def _worker_session(self, worker_id: str) -> int | None:
-        """Before ``worker_id``'s row is written: the database session whose end tells
-        that the worker died, if the dialect has one (see the PostgreSQL store's
-        override). None: its liveness is its process and its heartbeats."""
-        return None
+    #: The database session whose end tells that this store's workers died, if the
+    #: dialect has one (PostgreSQL's LISTEN session); None: a worker's liveness is its
+    #: process and its heartbeats. Read as the row is written.
+    _backend_pid: int | None = None
+
+    async def _worker_session(self, worker_id: str) -> None:
+        """Before ``worker_id``'s row is written: make sure :attr:`_backend_pid` is the
+        session's (see the PostgreSQL store's override)."""
 
     def _worker_gone(self, worker_id: str) -> None:
         """``worker_id`` stopped or is dead: no session speaks for it any more."""
@@ -36,6 +39,7 @@ class WorkersSql(SqlBase):
         tasks: Sequence[str] | None = None,
     ) -> None:
         space = pid_space() if space is None else space
+        await self._worker_session(worker_id)
         params = {
             "id": worker_id,
             "name": name,
@@ -45,14 +49,16 @@ class WorkersSql(SqlBase):
             "boot_id": space.boot_id,
             "pid_ns": space.pid_ns,
             "machine_id": space.machine_id,
-            "backend_pid": await self._worker_session(worker_id),
             "queues": ",".join(queues),
             "concurrency": concurrency,
             "tasks": json.dumps(sorted(tasks)) if tasks is not None else None,
         }
 
         async def body(tx: Tx) -> None:
-            await tx.run(self.sql.workers.REGISTER_WORKER, params)
+            # The session's pid as of the write: it changes when the session reconnects.
+            await tx.run(
+                self.sql.workers.REGISTER_WORKER, {**params, "backend_pid": self._backend_pid}
+            )
 
         await self._change(body)
 
