@@ -27,24 +27,17 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from tether import hints as h
 from tether.config import DEFAULT_POOL_SIZE, StoreConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError
 from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
     Beat,
-    CancellationRow,
     ControlRequest,
     HeartbeatResult,
     Job,
-    LimitInfo,
     Outcome,
-    QueueInfo,
-    RateLimitInfo,
-    WorkerInfo,
 )
-from tether.procinfo import PidSpace, pid_space
 from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
@@ -101,11 +94,6 @@ Q_CLAIM: LiteralString = f"""
 SELECT {JOB_COLUMNS}
 FROM tether_claim_paced(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
 """
-
-# A rate limit's bucket as of now: what it held, refilled since, never above the burst.
-RATE_TOKENS: LiteralString = (
-    "least(burst, tokens + greatest(0, extract(epoch FROM now() - refilled_at)) * per_second)"
-)
 
 Q_HEARTBEAT: LiteralString = """
 WITH v AS (
@@ -540,99 +528,6 @@ class PostgresStore(SqlStore):
 
     # -- producers and readers -----------------------------------------------------------
 
-    # -- queues, limits, artifacts, cancellations ----------------------------------------
-
-    async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
-        async with self._conn() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO tether_queues (name, paused, reason) VALUES (%s, %s, %s) "
-                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, "
-                "reason = excluded.reason, changed_at = now()",
-                (name, paused, reason),
-            )
-            if not paused:
-                await self._notify(conn, "tether_enqueued", [name])
-
-    async def list_queues(self) -> list[QueueInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT queue, state, COUNT(*) AS n FROM tether_jobs GROUP BY 1, 2"
-            )
-            counts: dict[str, dict[str, int]] = {}
-            for r in await cur.fetchall():
-                counts.setdefault(r["queue"], {})[r["state"]] = r["n"]
-            cur = await conn.execute("SELECT name, paused, reason FROM tether_queues")
-            flags = {r["name"]: (r["paused"], r["reason"]) for r in await cur.fetchall()}
-        return [
-            QueueInfo(name, *flags.get(name, (False, None)), counts.get(name, {}))
-            for name in sorted(set(counts) | set(flags))
-        ]
-
-    async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:
-        async with self._conn() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO tether_limits (name, kind, capacity, block_on_hold) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
-                "capacity = excluded.capacity, block_on_hold = excluded.block_on_hold",
-                (name, kind, capacity, block_on_hold),
-            )
-            await self._notify(conn, "tether_enqueued", [h.ANY])
-
-    async def list_limits(self) -> list[LimitInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT l.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.key IS NOT NULL "
-                "AND 'key:' || j.key = l.name AND j.state IN ('queued', 'retrying')) AS queued "
-                "FROM tether_limits l ORDER BY l.name"
-            )
-            return [self._rows.limit(r) for r in await cur.fetchall()]
-
-    async def waiting_by_task(self) -> dict[tuple[str, str], int]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT queue, task, COUNT(*) AS n FROM tether_jobs "
-                "WHERE state IN ('queued', 'retrying') GROUP BY 1, 2"
-            )
-            return {(r["queue"], r["task"]): r["n"] for r in await cur.fetchall()}
-
-    async def set_rate_limit(self, scope: str, name: str, per_second: float, burst: int) -> None:
-        async with self._conn() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO tether_rate_limits (id, per_second, burst, tokens) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
-                "per_second = excluded.per_second, burst = excluded.burst, "
-                "tokens = excluded.tokens, refilled_at = now()",
-                (f"{scope}:{name}", per_second, burst, burst),
-            )
-            await self._notify(conn, "tether_enqueued", [h.ANY])
-        self.hints.publish(h.ENQUEUED, [h.ANY])
-
-    async def remove_rate_limit(self, scope: str, name: str) -> bool:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                "DELETE FROM tether_rate_limits WHERE id = %s", (f"{scope}:{name}",)
-            )
-            await self._notify(conn, "tether_enqueued", [h.ANY])
-        self.hints.publish(h.ENQUEUED, [h.ANY])
-        return cur.rowcount > 0
-
-    async def list_rate_limits(self) -> list[RateLimitInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                f"SELECT id, per_second, burst, {RATE_TOKENS} AS tokens "
-                "FROM tether_rate_limits ORDER BY id"
-            )
-            return [
-                RateLimitInfo(
-                    r["id"].split(":", 1)[0],
-                    r["id"].split(":", 1)[1],
-                    r["per_second"],
-                    r["burst"],
-                    float(r["tokens"]),
-                )
-                for r in await cur.fetchall()
-            ]
-
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
         async with self._conn() as conn, conn.transaction():
             cur = await conn.execute(
@@ -668,127 +563,11 @@ class PostgresStore(SqlStore):
             row = await cur.fetchone()
         return bytes(row["data"]) if row else None
 
-    async def create_cancellation(
-        self,
-        cancellation_id: str,
-        job_id: int,
-        request_id: str | None,
-        reason: str | None,
-        force: bool,
-        cascade: bool,
-        initiated_by: str | None,
-    ) -> tuple[CancellationRow, bool]:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                "INSERT INTO tether_cancellations (id, job_id, request_id, reason, force, "
-                "cascade, initiated_by, status) VALUES (%s, %s, %s, %s, %s, %s, %s, 'initiated') "
-                "ON CONFLICT DO NOTHING",
-                (cancellation_id, job_id, request_id, reason, force, cascade, initiated_by),
-            )
-            created = cur.rowcount == 1
-            cur = await conn.execute(
-                "SELECT * FROM tether_cancellations WHERE job_id = %s OR "
-                "(%s::text IS NOT NULL AND request_id = %s) ORDER BY id = %s DESC, "
-                "status NOT IN ('completed', 'partial', 'failed') DESC, "
-                "initiated_at DESC LIMIT 1",
-                (job_id, request_id, request_id, cancellation_id),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        return self._rows.cancellation(row), created
-
-    async def update_cancellation(
-        self,
-        cancellation_id: str,
-        status: str,
-        steps: list[dict[str, object]],
-        result: dict[str, object] | None,
-        error: str | None,
-        final: bool,
-        expect: str | None = None,
-    ) -> bool:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                "UPDATE tether_cancellations SET status = %s, steps = %s::jsonb, "
-                "result = COALESCE(%s::jsonb, result), error = %s, "
-                "completed_at = CASE WHEN %s THEN now() ELSE completed_at END "
-                "WHERE id = %s AND (%s::text IS NULL OR status = %s) RETURNING job_id",
-                (
-                    status,
-                    json.dumps(steps),
-                    json.dumps(result) if result is not None else None,
-                    error,
-                    final,
-                    cancellation_id,
-                    expect,
-                    expect,
-                ),
-            )
-            row = await cur.fetchone()
-            if row is not None:
-                await self._notify(conn, "tether_changed", [str(row["job_id"])])
-        return row is not None
-
-    async def get_cancellation(
-        self, *, job_id: int | None, request_id: str | None
-    ) -> CancellationRow | None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT * FROM tether_cancellations WHERE job_id = %s OR "
-                "(%s::text IS NOT NULL AND request_id = %s) ORDER BY initiated_at DESC LIMIT 1",
-                (job_id, request_id, request_id),
-            )
-            row = await cur.fetchone()
-        return self._rows.cancellation(row) if row else None
-
-    async def list_cancellations(
-        self, limit: int, offset: int, status: str | None = None
-    ) -> list[CancellationRow]:
-        async with self._conn() as conn:
-            # Two statements, not one with an OR: the filtered one uses the partial index.
-            if status is None:
-                cur = await conn.execute(
-                    "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
-                    "LIMIT %s OFFSET %s",
-                    (limit, offset),
-                )
-            else:
-                # A literal, so that even a prepared plan knows it may use the index.
-                query = sql.SQL(
-                    "SELECT * FROM tether_cancellations WHERE status = {} "
-                    "ORDER BY initiated_at DESC, id LIMIT %s OFFSET %s"
-                ).format(sql.Literal(status))
-                cur = await conn.execute(query, (limit, offset))
-            return [self._rows.cancellation(r) for r in await cur.fetchall()]
-
-    async def list_stale_cancellations(
-        self, older_than: float, limit: int
-    ) -> list[CancellationRow]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT * FROM tether_cancellations "
-                "WHERE status NOT IN ('completed', 'partial', 'failed') "
-                "AND initiated_at <= now() - make_interval(secs => %s) "
-                "ORDER BY initiated_at, id LIMIT %s",
-                (older_than, limit),
-            )
-            return [self._rows.cancellation(r) for r in await cur.fetchall()]
-
     # -- workers -------------------------------------------------------------------------
 
-    async def register_worker(
-        self,
-        worker_id: str,
-        name: str | None,
-        host: str,
-        pid: int,
-        pid_start: int | None,
-        queues: Sequence[str],
-        concurrency: int,
-        space: PidSpace | None = None,
-        tasks: Sequence[str] | None = None,
-    ) -> None:
-        space = pid_space() if space is None else space
+    # The worker's row (WorkersSql) records the backend pid of this store's LISTEN
+    # session (_backend_pid), which Q_DEAD_SESSIONS watches: SQLite has no such session.
+    async def _worker_session(self, worker_id: str) -> None:
         await self.listen()
         if self._listen_dsn is not None:
             # The session whose end tells that the worker died (see DEAD_SESSIONS in
@@ -796,53 +575,11 @@ class PostgresStore(SqlStore):
             # first claim.
             self._sticky |= {"tether_enqueued", "tether_control", "tether_cancel"}
             await asyncio.wait_for(self._listening_on(self._sticky), 10)
+        # A new LISTEN session writes its pid into the rows of these workers (_serve).
         self._workers.add(worker_id)
-        async with self._conn() as conn:
-            await conn.execute(
-                "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
-                "machine_id, backend_pid, queues, concurrency, state, tasks) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active', %s)",
-                (
-                    worker_id,
-                    name,
-                    host,
-                    pid,
-                    pid_start,
-                    space.boot_id,
-                    space.pid_ns,
-                    space.machine_id,
-                    self._backend_pid,
-                    ",".join(queues),
-                    concurrency,
-                    json.dumps(sorted(tasks)) if tasks is not None else None,
-                ),
-            )
 
-    async def set_worker_state(self, worker_id: str, state: str) -> None:
-        if state in ("stopped", "dead"):
-            self._workers.discard(worker_id)
-        async with self._conn() as conn:
-            await conn.execute(
-                "UPDATE tether_workers SET state = %s, heartbeat_at = now() WHERE id = %s",
-                (state, worker_id),
-            )
-
-    async def set_worker_threads(self, worker_id: str, abandoned: int, pool_full: bool) -> None:
-        async with self._conn() as conn:
-            await conn.execute(
-                "UPDATE tether_workers SET abandoned_threads = %s, thread_pool_full = %s "
-                "WHERE id = %s",
-                (abandoned, pool_full, worker_id),
-            )
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT w.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.state = 'running' "
-                "AND j.worker_id = w.id) AS running_jobs FROM tether_workers w "
-                "ORDER BY w.started_at DESC"
-            )
-            return [self._rows.worker(r) for r in await cur.fetchall()]
+    def _worker_gone(self, worker_id: str) -> None:
+        self._workers.discard(worker_id)
 
     async def claim(
         self,

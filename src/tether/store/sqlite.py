@@ -27,18 +27,12 @@ from tether.hints import Hints
 from tether.job import (
     ArtifactInfo,
     Beat,
-    CancellationRow,
     ControlRequest,
     HeartbeatResult,
     Job,
-    LimitInfo,
     NewJob,
     Outcome,
-    QueueInfo,
-    RateLimitInfo,
-    WorkerInfo,
 )
-from tether.procinfo import PidSpace, pid_space
 from tether.states import TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
@@ -49,6 +43,7 @@ from tether.store.rows import (
     effective_state,
 )
 from tether.store.sql import sqlite as sqlite_sql
+from tether.store.sql.sqlite.queues import RATE_TOKENS
 from tether.store.sqlite_tx import SqliteTx
 from tether.store.sqlite_workflow import propagate
 
@@ -78,8 +73,6 @@ LOCK_POLL_MAX = 0.008
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
 OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
-# A rate limit's bucket as of now: what it held, refilled since, never above the burst.
-RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
 
 
 def _marks(n: int) -> str:
@@ -339,98 +332,7 @@ class SqliteStore(SqlStore):
             raise JobNotFoundError(job_id)
         return job
 
-    # -- queues, limits, artifacts, cancellations ----------------------------------------
-
-    async def set_queue_paused(self, name: str, paused: bool, reason: str | None) -> None:
-        await self._write_async(
-            lambda conn: conn.execute(
-                f"INSERT INTO tether_queues (name, paused, reason, changed_at) "
-                f"VALUES (?, ?, ?, {NOW}) ON CONFLICT (name) DO UPDATE SET "
-                f"paused = excluded.paused, reason = excluded.reason, changed_at = {NOW}",
-                (name, paused, reason),
-            )
-        )
-        if not paused:
-            self.hints.publish(h.ENQUEUED, [name])
-
-    async def list_queues(self) -> list[QueueInfo]:
-        def run() -> list[QueueInfo]:
-            conn = self._db()
-            counts: dict[str, dict[str, int]] = {}
-            for r in conn.execute("SELECT queue, state, COUNT(*) FROM tether_jobs GROUP BY 1, 2"):
-                counts.setdefault(r[0], {})[r[1]] = r[2]
-            flags = {
-                r[0]: (bool(r[1]), r[2])
-                for r in conn.execute("SELECT name, paused, reason FROM tether_queues")
-            }
-            return [
-                QueueInfo(name, *flags.get(name, (False, None)), counts.get(name, {}))
-                for name in sorted(set(counts) | set(flags))
-            ]
-
-        return await self._call(run)
-
-    async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:
-        await self._write_async(
-            lambda conn: conn.execute(
-                "INSERT INTO tether_limits (name, kind, capacity, block_on_hold) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                "capacity = excluded.capacity, block_on_hold = excluded.block_on_hold",
-                (name, kind, capacity, block_on_hold),
-            )
-        )
-        self.hints.publish(h.ENQUEUED, [h.ANY])
-
-    async def list_limits(self) -> list[LimitInfo]:
-        def run() -> list[LimitInfo]:
-            rows = self._db().execute(
-                "SELECT l.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.key IS NOT NULL "
-                "AND 'key:' || j.key = l.name AND j.state IN ('queued', 'retrying')) AS queued "
-                "FROM tether_limits l ORDER BY l.name"
-            )
-            return [self._rows.limit(r) for r in rows]
-
-        return await self._call(run)
-
-    async def waiting_by_task(self) -> dict[tuple[str, str], int]:
-        def run() -> dict[tuple[str, str], int]:
-            rows = self._db().execute(
-                "SELECT queue, task, COUNT(*) FROM tether_jobs "
-                "WHERE state IN ('queued', 'retrying') GROUP BY 1, 2"
-            )
-            return {(r[0], r[1]): r[2] for r in rows}
-
-        return await self._call(run)
-
-    async def set_rate_limit(self, scope: str, name: str, per_second: float, burst: int) -> None:
-        await self._write_async(
-            lambda conn: conn.execute(
-                "INSERT INTO tether_rate_limits (id, per_second, burst, tokens, refilled_at) "
-                f"VALUES (?, ?, ?, ?, {NOW}) ON CONFLICT (id) DO UPDATE SET "
-                "per_second = excluded.per_second, burst = excluded.burst, "
-                "tokens = excluded.tokens, refilled_at = excluded.refilled_at",
-                (f"{scope}:{name}", per_second, burst, burst),
-            )
-        )
-        self.hints.publish(h.ENQUEUED, [h.ANY])
-
-    async def remove_rate_limit(self, scope: str, name: str) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute("DELETE FROM tether_rate_limits WHERE id = ?", (f"{scope}:{name}",))
-            return cur.rowcount > 0
-
-        removed = await self._write_async(run)
-        self.hints.publish(h.ENQUEUED, [h.ANY])
-        return removed
-
-    async def list_rate_limits(self) -> list[RateLimitInfo]:
-        def run() -> list[RateLimitInfo]:
-            rows = self._db().execute(
-                f"SELECT id, per_second, burst, {RATE_TOKENS} FROM tether_rate_limits ORDER BY id"
-            )
-            return [_rate_limit(r[0], r[1], r[2], r[3]) for r in rows]
-
-        return await self._call(run)
+    # -- artifacts (queues, limits, cancellations: see tether.store.common) -------------
 
     async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
@@ -471,184 +373,7 @@ class SqliteStore(SqlStore):
 
         return await self._call(run)
 
-    async def create_cancellation(
-        self,
-        cancellation_id: str,
-        job_id: int,
-        request_id: str | None,
-        reason: str | None,
-        force: bool,
-        cascade: bool,
-        initiated_by: str | None,
-    ) -> tuple[CancellationRow, bool]:
-        def run(conn: sqlite3.Connection) -> tuple[CancellationRow, bool]:
-            cur = conn.execute(
-                "INSERT INTO tether_cancellations (id, job_id, request_id, reason, force, "
-                f"cascade, initiated_by, initiated_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, "
-                f"{NOW}, 'initiated') ON CONFLICT DO NOTHING",
-                (cancellation_id, job_id, request_id, reason, force, cascade, initiated_by),
-            )
-            row = conn.execute(
-                "SELECT * FROM tether_cancellations WHERE job_id = ? OR "
-                "(? IS NOT NULL AND request_id = ?) ORDER BY id = ? DESC, "
-                "status NOT IN ('completed', 'partial', 'failed') DESC, "
-                "initiated_at DESC LIMIT 1",
-                (job_id, request_id, request_id, cancellation_id),
-            ).fetchone()
-            return self._rows.cancellation(row), cur.rowcount == 1
-
-        return await self._write_async(run)
-
-    async def update_cancellation(
-        self,
-        cancellation_id: str,
-        status: str,
-        steps: list[dict[str, object]],
-        result: dict[str, object] | None,
-        error: str | None,
-        final: bool,
-        expect: str | None = None,
-    ) -> bool:
-        def run(conn: sqlite3.Connection) -> int | None:
-            row = conn.execute(
-                "UPDATE tether_cancellations SET status = ?, steps = ?, "
-                "result = COALESCE(?, result), error = ?, "
-                f"completed_at = CASE WHEN ? THEN {NOW} ELSE completed_at END "
-                "WHERE id = ? AND (? IS NULL OR status = ?) RETURNING job_id",
-                (
-                    status,
-                    json.dumps(steps),
-                    json.dumps(result) if result is not None else None,
-                    error,
-                    final,
-                    cancellation_id,
-                    expect,
-                    expect,
-                ),
-            ).fetchone()
-            return int(row[0]) if row is not None else None
-
-        job_id = await self._write_async(run)
-        if job_id is None:
-            return False
-        self.hints.publish(h.CHANGED, [str(job_id)])
-        return True
-
-    async def get_cancellation(
-        self, *, job_id: int | None, request_id: str | None
-    ) -> CancellationRow | None:
-        def run() -> CancellationRow | None:
-            row = (
-                self._db()
-                .execute(
-                    "SELECT * FROM tether_cancellations WHERE job_id = ? OR "
-                    "(? IS NOT NULL AND request_id = ?) ORDER BY initiated_at DESC LIMIT 1",
-                    (job_id, request_id, request_id),
-                )
-                .fetchone()
-            )
-            return self._rows.cancellation(row) if row else None
-
-        return await self._call(run)
-
-    async def list_cancellations(
-        self, limit: int, offset: int, status: str | None = None
-    ) -> list[CancellationRow]:
-        def run() -> list[CancellationRow]:
-            # Two statements, not one with an OR: the filtered one uses the partial index.
-            if status is None:
-                rows = self._db().execute(
-                    "SELECT * FROM tether_cancellations ORDER BY initiated_at DESC, id "
-                    "LIMIT ? OFFSET ?",
-                    (limit, offset),
-                )
-            else:
-                rows = self._db().execute(
-                    "SELECT * FROM tether_cancellations WHERE status = ? "
-                    "ORDER BY initiated_at DESC, id LIMIT ? OFFSET ?",
-                    (status, limit, offset),
-                )
-            return [self._rows.cancellation(r) for r in rows]
-
-        return await self._call(run)
-
-    async def list_stale_cancellations(
-        self, older_than: float, limit: int
-    ) -> list[CancellationRow]:
-        def run() -> list[CancellationRow]:
-            rows = self._db().execute(
-                "SELECT * FROM tether_cancellations "
-                "WHERE status NOT IN ('completed', 'partial', 'failed') "
-                f"AND initiated_at <= {NOW} - ? ORDER BY initiated_at, id LIMIT ?",
-                (older_than, limit),
-            )
-            return [self._rows.cancellation(r) for r in rows]
-
-        return await self._call(run)
-
     # -- workers -------------------------------------------------------------------------
-
-    async def register_worker(
-        self,
-        worker_id: str,
-        name: str | None,
-        host: str,
-        pid: int,
-        pid_start: int | None,
-        queues: Sequence[str],
-        concurrency: int,
-        space: PidSpace | None = None,
-        tasks: Sequence[str] | None = None,
-    ) -> None:
-        space = pid_space() if space is None else space
-        await self._write_async(
-            lambda conn: conn.execute(
-                "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
-                "machine_id, queues, concurrency, started_at, heartbeat_at, state, tasks) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NOW}, {NOW}, 'active', ?)",
-                (
-                    worker_id,
-                    name,
-                    host,
-                    pid,
-                    pid_start,
-                    space.boot_id,
-                    space.pid_ns,
-                    space.machine_id,
-                    ",".join(queues),
-                    concurrency,
-                    json.dumps(sorted(tasks)) if tasks is not None else None,
-                ),
-            )
-        )
-
-    async def set_worker_state(self, worker_id: str, state: str) -> None:
-        await self._write_async(
-            lambda conn: conn.execute(
-                f"UPDATE tether_workers SET state = ?, heartbeat_at = {NOW} WHERE id = ?",
-                (state, worker_id),
-            )
-        )
-
-    async def set_worker_threads(self, worker_id: str, abandoned: int, pool_full: bool) -> None:
-        await self._write_async(
-            lambda conn: conn.execute(
-                "UPDATE tether_workers SET abandoned_threads = ?, thread_pool_full = ? "
-                "WHERE id = ?",
-                (abandoned, int(pool_full), worker_id),
-            )
-        )
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        def run() -> list[WorkerInfo]:
-            rows = self._db().execute(
-                "SELECT w.*, (SELECT COUNT(*) FROM tether_jobs j WHERE j.state = 'running' "
-                "AND j.worker_id = w.id) AS running_jobs FROM tether_workers w "
-                "ORDER BY w.started_at DESC"
-            )
-            return [self._rows.worker(r) for r in rows]
-
-        return await self._call(run)
 
     async def claim(
         self,
@@ -1024,8 +749,3 @@ class CallerSqliteStore(SqliteStore):
             raise
         conn.execute("RELEASE tether_enqueue")
         return out
-
-
-def _rate_limit(bucket: str, per_second: float, burst: int, tokens: float) -> RateLimitInfo:
-    scope, name = bucket.split(":", 1)
-    return RateLimitInfo(scope, name, per_second, burst, tokens)

@@ -10,16 +10,29 @@ from __future__ import annotations
 
 from tether.store.common.auth import AuthSql
 from tether.store.common.base import SqlBase
+from tether.store.common.cancellations import CancellationsSql
 from tether.store.common.enqueue import EnqueueSql
 from tether.store.common.feed import FeedSql
 from tether.store.common.jobs import JobsSql
 from tether.store.common.maintenance import MaintenanceSql
+from tether.store.common.queues import QueuesSql
 from tether.store.common.schedules import SchedulesSql
 from tether.store.common.schema import SchemaSql
+from tether.store.common.workers import WorkersSql
 
 
 class SqlStore(
-    AuthSql, EnqueueSql, FeedSql, JobsSql, MaintenanceSql, SchedulesSql, SchemaSql, SqlBase
+    AuthSql,
+    CancellationsSql,
+    EnqueueSql,
+    FeedSql,
+    JobsSql,
+    MaintenanceSql,
+    QueuesSql,
+    SchedulesSql,
+    SchemaSql,
+    WorkersSql,
+    SqlBase,
 ):
     """Every store method written once; see the module docstring."""
 

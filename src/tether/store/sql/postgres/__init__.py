@@ -2,24 +2,30 @@
 
 from tether.store.sql.postgres import (
     auth,
+    cancellations,
     enqueue,
     feed,
     fragments,
     jobs,
     maintenance,
+    queues,
     rows,
     schedules,
     schema,
+    workers,
 )
 
 __all__ = [
     "auth",
+    "cancellations",
     "enqueue",
     "feed",
     "fragments",
     "jobs",
     "maintenance",
+    "queues",
     "rows",
     "schedules",
     "schema",
+    "workers",
 ]

@@ -2,26 +2,32 @@
 
 from tether.store.sql.sqlite import (
     auth,
+    cancellations,
     enqueue,
     feed,
     fragments,
     jobs,
     maintenance,
+    queues,
     rows,
     schedules,
     schema,
+    workers,
     workflow,
 )
 
 __all__ = [
     "auth",
+    "cancellations",
     "enqueue",
     "feed",
     "fragments",
     "jobs",
     "maintenance",
+    "queues",
     "rows",
     "schedules",
     "schema",
+    "workers",
     "workflow",
 ]
