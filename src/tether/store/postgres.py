@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether import hints as h
@@ -33,18 +33,13 @@ from tether.config import DEFAULT_POOL_SIZE, StoreConfig
 from tether.errors import ConfigError, InvalidJobError, JobNotFoundError, StoreError
 from tether.hints import Hints
 from tether.job import (
-    ArtifactInfo,
-    Beat,
     CancellationRow,
-    ControlRequest,
     FeedEvent,
-    HeartbeatResult,
     Job,
     JobEvent,
     JobFilter,
     LimitInfo,
     NewJob,
-    Outcome,
     QueueInfo,
     RateLimitInfo,
     WorkerInfo,
@@ -63,8 +58,6 @@ from tether.store.rows import (
     JOB_COLUMNS,
     RESCUE_STATE,
     RowReader,
-    effective_state,
-    job_from_tuple,
     worker_process,
 )
 from tether.store.sql import postgres as pg_sql
@@ -85,7 +78,6 @@ LISTEN_SYNC = 0.2
 LISTEN_PING = 1.0
 MIGRATE_LOCK = 0x7E7E_0002
 KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
-FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 # Errors after which a connection is not reused, nor any other connection the pool
 # opened before: the server changed under them. 25006: read-only (a failover to a
 # standby, or ``default_transaction_read_only``, which a session keeps from its start
@@ -145,92 +137,10 @@ SELECT pg_advisory_xact_lock(%s, h) FROM (
 ) AS keys ORDER BY h
 """
 
-Q_CLAIM: LiteralString = f"""
-SELECT {JOB_COLUMNS}
-FROM tether_claim_paced(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
-"""
-
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
 RATE_TOKENS: LiteralString = (
     "least(burst, tokens + greatest(0, extract(epoch FROM now() - refilled_at)) * per_second)"
 )
-
-Q_HEARTBEAT: LiteralString = """
-WITH v AS (
-    SELECT * FROM jsonb_to_recordset(%(beats)s::jsonb)
-        AS v(id bigint, token bigint, cur bigint, tot bigint, usage bigint)
-), w AS (
-    -- A worker presumed dead (its session was gone for a while) that still beats is
-    -- alive: its old leases were revoked by the rescue, its new ones must not be.
-    UPDATE tether_workers SET heartbeat_at = now(),
-        state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
-    WHERE id = %(worker)s
-), locked AS (
-    -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
-    -- worker's completions and its heartbeat never share rows: it does not beat for
-    -- the jobs whose outcome it is writing.)
-    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR UPDATE OF j
-)
--- The ids also come as an array, which the planner can size: the rows are looked up by
--- key, where a join with the JSON rows would read every running job at every beat.
-UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
-    heartbeat_at = now(),
-    progress_current = COALESCE(v.cur, j.progress_current),
-    progress_total = COALESCE(v.tot, j.progress_total),
-    usage = COALESCE(v.usage, j.usage)
-FROM v JOIN locked ON locked.id = v.id
-WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
-  -- Written so that no partial index of running jobs matches it: the planner may read
-  -- a whole one (every running job) rather than look these rows up by key.
-  AND (j.state = 'running') IS TRUE
-RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
-          j.pause_requested_at IS NOT NULL AS pause
-"""
-
-_EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
-# One fenced statement; the transition trigger sends the notifications. The worker's
-# heartbeat leaves these rows alone meanwhile, so no lock-ordering pass is needed.
-Q_FINISH: LiteralString = f"""
-WITH v AS (
-    -- The outcomes come as one JSON document (far cheaper for the driver to send than
-    -- a dozen arrays); the ids also come as an array, which the planner can size.
-    SELECT * FROM json_to_recordset(%(outcomes)s::json)
-        AS v(id bigint, token bigint, state text, result text, error text, delay float8,
-             reason text, usage bigint, stopped_by text, phase text, cur bigint, tot bigint)
-), u AS (
-    UPDATE tether_jobs j SET state = {_EFF},
-        result = v.result::jsonb,
-        error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
-        -- A release, a pause or the end of a phase does not spend the attempt.
-        attempt = CASE WHEN v.state IN ('queued', 'paused', 'blocked') THEN j.attempt - 1
-                  ELSE j.attempt END,
-        phase = CASE WHEN {_EFF} = 'blocked' THEN v.phase ELSE j.phase END,
-        waiting_children = {_EFF} = 'blocked',
-        run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
-                 WHEN v.state = 'queued' AND j.checkpoint IS NOT NULL
-                 THEN LEAST(j.run_at, j.created_at)
-                 ELSE j.run_at END,
-        finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
-        lease_expires_at = NULL, actor = %(worker)s, usage = COALESCE(v.usage, j.usage),
-        progress_current = COALESCE(v.cur, j.progress_current),
-        progress_total = COALESCE(v.tot, j.progress_total),
-        stopped_by = v.stopped_by,
-        pause_requested_at = CASE WHEN {_EFF} IN ('paused', 'blocked')
-                             THEN j.pause_requested_at END,
-        pause_reason = CASE WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
-                       ELSE j.pause_reason END,
-        reason = CASE WHEN {_EFF} = 'cancelled'
-                      THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested')
-                      WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
-                      ELSE v.reason END
-    FROM v
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
-      AND j.state = 'running'
-    RETURNING j.id, j.state
-)
-SELECT id, state FROM u
-"""
 
 Q_CANCEL: LiteralString = f"""
 UPDATE tether_jobs SET
@@ -338,20 +248,6 @@ FROM tether_jobs p
 WHERE p.id = %(parent)s AND p.lease_token = %(token)s AND p.state = 'running'
   AND p.cancel_requested_at IS NULL
 RETURNING {JOB_COLUMNS}
-"""
-
-# The fence of an INSERT-based worker write (spawn, artifact), run after the INSERT in
-# its transaction. The INSERT's own lease test reads the snapshot of its start, and the
-# INSERT may then wait on a unique key held by another transaction; a rescue committed
-# meanwhile would go unseen. FOR SHARE reads the newest row version (waiting for a
-# rescue in flight) and holds it until commit, so the write counts only if the lease
-# still holds when it commits. Locking after the INSERT, not before, keeps a write stuck
-# on a key from holding up the rescuer.
-Q_LEASE_HELD: LiteralString = """
-SELECT 1 FROM tether_jobs
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
-  AND (NOT %(no_cancel)s OR cancel_requested_at IS NULL)
-FOR SHARE
 """
 
 Q_CANCEL_CHILDREN: LiteralString = f"""
@@ -1117,41 +1013,6 @@ class PostgresStore(SqlStore):
                 for r in await cur.fetchall()
             ]
 
-    async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                "INSERT INTO tether_artifacts (job_id, name, size, data) "
-                "SELECT %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tether_jobs "
-                "WHERE id = %s AND lease_token = %s AND state = 'running') "
-                "ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, "
-                "data = excluded.data, created_at = now()",
-                (job_id, name, len(data), data, job_id, lease_token),
-            )
-            if cur.rowcount != 1:
-                return False
-            if not await self._lease_held(conn, job_id, lease_token, no_cancel=False):
-                raise psycopg.Rollback()
-            return True
-        return False  # rolled back: the lease was lost while the INSERT waited
-
-    async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT job_id, name, size, created_at FROM tether_artifacts "
-                "WHERE job_id = %s ORDER BY name",
-                (job_id,),
-            )
-            return [self._rows.artifact(r) for r in await cur.fetchall()]
-
-    async def get_artifact(self, job_id: int, name: str) -> bytes | None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT data FROM tether_artifacts WHERE job_id = %s AND name = %s",
-                (job_id, name),
-            )
-            row = await cur.fetchone()
-        return bytes(row["data"]) if row else None
-
     async def create_cancellation(
         self,
         cancellation_id: str,
@@ -1327,103 +1188,6 @@ class PostgresStore(SqlStore):
             )
             return [self._rows.worker(r) for r in await cur.fetchall()]
 
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        tasks: Sequence[str],
-        limit: int,
-        lease_duration: float,
-    ) -> list[Job]:
-        args = {
-            "queues": list(queues),
-            "tasks": list(tasks),
-            "limit": limit,
-            "worker": worker_id,
-            "lease": lease_duration,
-        }
-        async with self._conn() as conn:
-            # Tuples, not dicts: a claim is the hottest read there is.
-            cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(Q_CLAIM, args)
-            jobs = [job_from_tuple(r) for r in await cur.fetchall()]
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-        return jobs
-
-    async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
-    ) -> HeartbeatResult:
-        beats_json = json.dumps(
-            [
-                {
-                    "id": b.job_id,
-                    "token": b.lease_token,
-                    "cur": b.progress_current,
-                    "tot": b.progress_total,
-                    "usage": b.usage,
-                }
-                for b in beats
-            ]
-        )
-        args = {
-            "beats": beats_json,
-            "ids": [b.job_id for b in beats],
-            "worker": worker_id,
-            "lease": lease_duration,
-        }
-        async with self._conn() as conn:
-            cur = await conn.execute(Q_HEARTBEAT, args)
-            rows = await cur.fetchall()
-        return HeartbeatResult(
-            frozenset(r["id"] for r in rows),
-            tuple(
-                ControlRequest(r["id"], r["cancel"], r["cancel_force"], pause=r["pause"])
-                for r in rows
-                if r["cancel"] or r["pause"]
-            ),
-        )
-
-    async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "UPDATE tether_jobs SET checkpoint = %s::jsonb "
-                "WHERE id = %s AND lease_token = %s AND state = 'running'",
-                (checkpoint_json, job_id, lease_token),
-            )
-            return cur.rowcount == 1
-
-    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        accepted: set[int] = set()
-        # Batches stay small enough for one NOTIFY payload of their ids.
-        for i in range(0, len(outcomes), FINISH_BATCH):
-            part = outcomes[i : i + FINISH_BATCH]
-            rows = [
-                {
-                    "id": o.job_id,
-                    "token": o.lease_token,
-                    "state": o.state.value,
-                    "result": o.result_json,
-                    "error": o.error,
-                    "delay": o.delay,
-                    "reason": o.reason,
-                    "usage": o.usage,
-                    "stopped_by": o.stopped_by,
-                    "phase": o.phase,
-                    "cur": o.progress_current,
-                    "tot": o.progress_total,
-                }
-                for o in part
-            ]
-            args = {
-                "outcomes": json.dumps(rows),
-                "ids": [o.job_id for o in part],
-                "worker": worker_id,
-            }
-            async with self._conn() as conn:
-                cur = await conn.execute(Q_FINISH, args)
-                accepted.update(r["id"] for r in await cur.fetchall())
-        return accepted
-
     # -- maintenance ---------------------------------------------------------------------
 
     async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
@@ -1471,7 +1235,8 @@ class PostgresStore(SqlStore):
             row = await cur.fetchone()
             if row is None:
                 return None
-            if not await self._lease_held(conn, parent_id, lease_token, no_cancel=True):
+            held = await self._lease_held(PostgresTx(conn), parent_id, lease_token, no_cancel=True)
+            if not held:
                 raise psycopg.Rollback()
             await conn.execute(
                 "UPDATE tether_jobs SET has_children = true WHERE id = %s AND NOT has_children",
@@ -1480,13 +1245,6 @@ class PostgresStore(SqlStore):
             await self._notify(conn, "tether_enqueued", [job.queue])
             return self._rows.job(row)
         return None  # rolled back: the lease was lost while the INSERT waited
-
-    async def _lease_held(self, conn: Conn, job_id: int, token: int, *, no_cancel: bool) -> bool:
-        """Lock the job row (``Q_LEASE_HELD``) if its lease is still ``token``'s."""
-        cur = await conn.execute(
-            Q_LEASE_HELD, {"id": job_id, "token": token, "no_cancel": no_cancel}
-        )
-        return await cur.fetchone() is not None
 
     async def delete(self, job_id: int, actor: str | None) -> tuple[Job, list[Job]]:
         async with self._conn() as conn, conn.transaction():

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from tether.store.common.auth import AuthSql
 from tether.store.common.base import SqlBase
+from tether.store.common.leases import LeasesSql
 
 
-class SqlStore(AuthSql, SqlBase):
+class SqlStore(AuthSql, LeasesSql, SqlBase):
     """Every store method written once; see the module docstring."""
 
 

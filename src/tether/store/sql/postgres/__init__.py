@@ -1,5 +1,5 @@
 """PostgreSQL's named queries (see :mod:`tether.store.sql`)."""
 
-from tether.store.sql.postgres import auth, fragments, rows
+from tether.store.sql.postgres import auth, fragments, leases, rows
 
-__all__ = ["auth", "fragments", "rows"]
+__all__ = ["auth", "fragments", "leases", "rows"]
