@@ -210,7 +210,6 @@ def test_a_connection_to_another_database_is_refused(
     conn.close()
 
 
-
 async def test_the_audit_row_of_an_enqueue_commits_or_rolls_back_with_the_caller(
     app: App, caller: Caller
 ) -> None:

@@ -886,12 +886,17 @@ class SqliteStore(SqlStore):
         # The dialect's own claim: a look first, and limit admission in Python under the
         # write lock (tether.store.admission: why PostgreSQL does it in SQL instead).
         q = self.sql.leases
+        queues, tasks = params["queues"], params["tasks"]
+        args = {**params, **q.claim_names(queues, tasks)}
+        del args["queues"], args["tasks"]
+        ready = q.claim_ready(len(queues), len(tasks))
 
         def run() -> list[tuple[Any, ...]]:
             # Look before taking the write lock: an idle poll must not serialize writers.
-            if run_inline(SqliteTx(self._db()).one(q.CLAIM_READY, params)) is None:
+            if run_inline(SqliteTx(self._db()).one(ready, args)) is None:
                 return []
-            return self._write(lambda conn: run_inline(_take(SqliteTx(conn), params)))
+            candidates = q.claim_candidates(len(queues), len(tasks))
+            return self._write(lambda conn: run_inline(_take(SqliteTx(conn), candidates, args)))
 
         # One hop to the store thread, for the look and the claim both.
         return await self._call(run)
@@ -1448,11 +1453,12 @@ class CallerSqliteStore(SqliteStore):
         return out
 
 
-async def _take(tx: Tx, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+async def _take(tx: Tx, candidates_sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """SQLite's claim under the write lock, which serializes claimers: read the
-    candidates and the limits, choose (:func:`~tether.store.admission.admit`), write."""
+    candidates (``candidates_sql``) and the limits, choose
+    (:func:`~tether.store.admission.admit`), write."""
     q = sqlite_sql.leases
-    rows = await tx.tuples(q.CLAIM_CANDIDATES, params)
+    rows = await tx.tuples(candidates_sql, params)
     candidates = [(r[0], json.loads(r[1]) if r[1] else (), r[2], r[3]) for r in rows]
     tokens: dict[str, float] = {r[0]: r[1] for r in await tx.tuples(q.RATE_BUCKETS)}
     wanted = {n for c in candidates for n in c[1]}

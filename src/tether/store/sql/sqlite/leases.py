@@ -12,25 +12,52 @@ from tether.store.sql.sqlite.fragments import NOW, RATE_TOKENS, TERMINAL_SQL, ea
 # candidates, the limits' room and the buckets' tokens, which tether.store.admission
 # walks in Python (PostgreSQL does the same inside tether_claim_paced: see there why
 # there are two), then the spending and the claim itself.
-_PICK = (
-    "FROM tether_jobs WHERE state IN ('queued', 'retrying') "
-    f"AND queue IN {each('queues')} AND task IN {each('tasks')} AND run_at <= {NOW} "
-    # A bulk enqueue still under way: its jobs wait for its last chunk.
-    "AND (batch IS NULL OR batch NOT IN (SELECT id FROM tether_open_batches))"
-)
-CLAIM_READY = f"SELECT 1 {_PICK} LIMIT 1"
-# Twice the jobs wanted, so that some passed over by the limits leave others to take.
-CLAIM_CANDIDATES = (
-    f"SELECT id, limits, queue, task {_PICK} "
-    "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
-    "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
-    "AS je JOIN tether_limits l ON l.name = je.value WHERE l.used >= l.capacity "
-    "OR (l.held > 0 AND l.block_on_hold))) "
-    "AND NOT EXISTS (SELECT 1 FROM tether_rate_limits r "
-    "WHERE r.id IN ('queue:' || tether_jobs.queue, 'task:' || tether_jobs.task) "
-    f"AND {RATE_TOKENS} < 1) "
-    "ORDER BY priority DESC, run_at, id LIMIT :limit * 2"
-)
+
+
+def claim_names(queues: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
+    """The parameters of :func:`claim_ready` and :func:`claim_candidates`: one per queue
+    (``queue0``, ...) and per task (``task0``, ...)."""
+    named = {f"queue{i}": name for i, name in enumerate(queues)}
+    named.update((f"task{i}", name) for i, name in enumerate(tasks))
+    return named
+
+
+def _pick(queues: int, tasks: int) -> str:
+    # One placeholder per name, not json_each: a list of one is an equality, which lets
+    # the planner walk tether_jobs_claimable in claim order and stop at the LIMIT, where
+    # a subquery has it sort every queued job.
+    in_queues = ", ".join(f":queue{i}" for i in range(queues))
+    in_tasks = ", ".join(f":task{i}" for i in range(tasks))
+    return (
+        "FROM tether_jobs WHERE state IN ('queued', 'retrying') "
+        f"AND queue IN ({in_queues}) AND task IN ({in_tasks}) AND run_at <= {NOW} "
+        # A bulk enqueue still under way: its jobs wait for its last chunk.
+        "AND (batch IS NULL OR batch NOT IN (SELECT id FROM tether_open_batches))"
+    )
+
+
+def claim_ready(queues: int, tasks: int) -> str:
+    """Whether any job of these many queues and tasks is claimable (one row or none)."""
+    return f"SELECT 1 {_pick(queues, tasks)} LIMIT 1"
+
+
+def claim_candidates(queues: int, tasks: int) -> str:
+    """The claimable jobs of these many queues and tasks, in claim order, that no full
+    limit, held limit or empty rate bucket rules out: twice the ``limit`` wanted, so
+    that some passed over by the limits leave others to take."""
+    return (
+        f"SELECT id, limits, queue, task {_pick(queues, tasks)} "
+        "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
+        "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
+        "AS je JOIN tether_limits l ON l.name = je.value WHERE l.used >= l.capacity "
+        "OR (l.held > 0 AND l.block_on_hold))) "
+        "AND NOT EXISTS (SELECT 1 FROM tether_rate_limits r "
+        "WHERE r.id IN ('queue:' || tether_jobs.queue, 'task:' || tether_jobs.task) "
+        f"AND {RATE_TOKENS} < 1) "
+        "ORDER BY priority DESC, run_at, id LIMIT :limit * 2"
+    )
+
+
 # Rate limits: the tokens each bucket holds now; a claim spends one per job.
 RATE_BUCKETS = f"SELECT id, {RATE_TOKENS} FROM tether_rate_limits"
 LIMIT_ROOM = f"SELECT name, capacity - used FROM tether_limits WHERE name IN {each('names')}"
