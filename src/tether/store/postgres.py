@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -18,36 +17,24 @@ import struct
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, LiteralString
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether.config import DEFAULT_POOL_SIZE, StoreConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError
 from tether.hints import Hints
-from tether.job import (
-    ArtifactInfo,
-    Beat,
-    ControlRequest,
-    HeartbeatResult,
-    Job,
-    Outcome,
-)
-from tether.states import ACTIVE, TERMINAL
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
-from tether.store.driver import Body, T, Tx
+from tether.store.driver import Body, T
 from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx, chunks
 from tether.store.rows import (
-    JOB_COLUMNS,
     RowReader,
-    effective_state,
-    job_from_tuple,
 )
 from tether.store.sql import postgres as pg_sql
 
@@ -65,7 +52,6 @@ LISTENER_TTL = 30.0
 # listened to within this), and how often it checks the connection with a round trip.
 LISTEN_SYNC = 0.2
 LISTEN_PING = 1.0
-FINISH_BATCH = 300  # 300 ids of up to 19 digits, comma-joined, fit in one payload
 # Errors after which a connection is not reused, nor any other connection the pool
 # opened before: the server changed under them. 25006: read-only (a failover to a
 # standby, or ``default_transaction_read_only``, which a session keeps from its start
@@ -87,106 +73,6 @@ LISTEN_FIRST_DELAY = 0.1
 LISTEN_MAX_DELAY = 10.0
 LISTEN_HEALTHY = 30.0
 LOG_EVERY = 30.0  # seconds between two log lines about the same outage
-TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
-ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
-
-Q_CLAIM: LiteralString = f"""
-SELECT {JOB_COLUMNS}
-FROM tether_claim_paced(%(worker)s, %(queues)s, %(tasks)s, %(limit)s, %(lease)s)
-"""
-
-Q_HEARTBEAT: LiteralString = """
-WITH v AS (
-    SELECT * FROM jsonb_to_recordset(%(beats)s::jsonb)
-        AS v(id bigint, token bigint, cur bigint, tot bigint, usage bigint)
-), w AS (
-    -- A worker presumed dead (its session was gone for a while) that still beats is
-    -- alive: its old leases were revoked by the rescue, its new ones must not be.
-    UPDATE tether_workers SET heartbeat_at = now(),
-        state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
-    WHERE id = %(worker)s
-), locked AS (
-    -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
-    -- worker's completions and its heartbeat never share rows: it does not beat for
-    -- the jobs whose outcome it is writing.)
-    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR UPDATE OF j
-)
--- The ids also come as an array, which the planner can size: the rows are looked up by
--- key, where a join with the JSON rows would read every running job at every beat.
-UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
-    heartbeat_at = now(),
-    progress_current = COALESCE(v.cur, j.progress_current),
-    progress_total = COALESCE(v.tot, j.progress_total),
-    usage = COALESCE(v.usage, j.usage)
-FROM v JOIN locked ON locked.id = v.id
-WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
-  -- Written so that no partial index of running jobs matches it: the planner may read
-  -- a whole one (every running job) rather than look these rows up by key.
-  AND (j.state = 'running') IS TRUE
-RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
-          j.pause_requested_at IS NOT NULL AS pause
-"""
-
-_EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
-# One fenced statement; the transition trigger sends the notifications. The worker's
-# heartbeat leaves these rows alone meanwhile, so no lock-ordering pass is needed.
-Q_FINISH: LiteralString = f"""
-WITH v AS (
-    -- The outcomes come as one JSON document (far cheaper for the driver to send than
-    -- a dozen arrays); the ids also come as an array, which the planner can size.
-    SELECT * FROM json_to_recordset(%(outcomes)s::json)
-        AS v(id bigint, token bigint, state text, result text, error text, delay float8,
-             reason text, usage bigint, stopped_by text, phase text, cur bigint, tot bigint)
-), u AS (
-    UPDATE tether_jobs j SET state = {_EFF},
-        result = v.result::jsonb,
-        error = CASE WHEN v.state = 'succeeded' THEN NULL ELSE COALESCE(v.error, j.error) END,
-        -- A release, a pause or the end of a phase does not spend the attempt.
-        attempt = CASE WHEN v.state IN ('queued', 'paused', 'blocked') THEN j.attempt - 1
-                  ELSE j.attempt END,
-        phase = CASE WHEN {_EFF} = 'blocked' THEN v.phase ELSE j.phase END,
-        waiting_children = {_EFF} = 'blocked',
-        run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
-                 WHEN v.state = 'queued' AND j.checkpoint IS NOT NULL
-                 THEN LEAST(j.run_at, j.created_at)
-                 ELSE j.run_at END,
-        finished_at = CASE WHEN {_EFF} IN ({TERMINAL_SQL}) THEN now() ELSE NULL END,
-        lease_expires_at = NULL, actor = %(worker)s, usage = COALESCE(v.usage, j.usage),
-        progress_current = COALESCE(v.cur, j.progress_current),
-        progress_total = COALESCE(v.tot, j.progress_total),
-        stopped_by = v.stopped_by,
-        pause_requested_at = CASE WHEN {_EFF} IN ('paused', 'blocked')
-                             THEN j.pause_requested_at END,
-        pause_reason = CASE WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
-                       ELSE j.pause_reason END,
-        reason = CASE WHEN {_EFF} = 'cancelled'
-                      THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested')
-                      WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
-                      ELSE v.reason END
-    FROM v
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
-      AND j.state = 'running'
-    RETURNING j.id, j.state
-)
-SELECT id, state FROM u
-"""
-
-# The cancel request's change alone, with which deleting a job settles it.
-
-# The fence of an INSERT-based worker write (spawn, artifact), run after the INSERT in
-# its transaction. The INSERT's own lease test reads the snapshot of its start, and the
-# INSERT may then wait on a unique key held by another transaction; a rescue committed
-# meanwhile would go unseen. FOR SHARE reads the newest row version (waiting for a
-# rescue in flight) and holds it until commit, so the write counts only if the lease
-# still holds when it commits. Locking after the INSERT, not before, keeps a write stuck
-# on a key from holding up the rescuer.
-Q_LEASE_HELD: LiteralString = """
-SELECT 1 FROM tether_jobs
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
-  AND (NOT %(no_cancel)s OR cancel_requested_at IS NULL)
-FOR SHARE
-"""
 
 
 URL_SETTINGS = ("pool_size", "statement_timeout", "answer_timeout", "pgbouncer", "listen_url")
@@ -528,41 +414,6 @@ class PostgresStore(SqlStore):
 
     # -- producers and readers -----------------------------------------------------------
 
-    async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
-        async with self._conn() as conn, conn.transaction():
-            cur = await conn.execute(
-                "INSERT INTO tether_artifacts (job_id, name, size, data) "
-                "SELECT %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tether_jobs "
-                "WHERE id = %s AND lease_token = %s AND state = 'running') "
-                "ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, "
-                "data = excluded.data, created_at = now()",
-                (job_id, name, len(data), data, job_id, lease_token),
-            )
-            if cur.rowcount != 1:
-                return False
-            if not await self._lease_held(PostgresTx(conn), job_id, lease_token, no_cancel=False):
-                raise psycopg.Rollback()
-            return True
-        return False  # rolled back: the lease was lost while the INSERT waited
-
-    async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT job_id, name, size, created_at FROM tether_artifacts "
-                "WHERE job_id = %s ORDER BY name",
-                (job_id,),
-            )
-            return [self._rows.artifact(r) for r in await cur.fetchall()]
-
-    async def get_artifact(self, job_id: int, name: str) -> bytes | None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT data FROM tether_artifacts WHERE job_id = %s AND name = %s",
-                (job_id, name),
-            )
-            row = await cur.fetchone()
-        return bytes(row["data"]) if row else None
-
     # -- workers -------------------------------------------------------------------------
 
     # The worker's row (WorkersSql) records the backend pid of this store's LISTEN
@@ -580,110 +431,6 @@ class PostgresStore(SqlStore):
 
     def _worker_gone(self, worker_id: str) -> None:
         self._workers.discard(worker_id)
-
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        tasks: Sequence[str],
-        limit: int,
-        lease_duration: float,
-    ) -> list[Job]:
-        args = {
-            "queues": list(queues),
-            "tasks": list(tasks),
-            "limit": limit,
-            "worker": worker_id,
-            "lease": lease_duration,
-        }
-        async with self._conn() as conn:
-            # Tuples, not dicts: a claim is the hottest read there is.
-            cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(Q_CLAIM, args)
-            jobs = [job_from_tuple(r) for r in await cur.fetchall()]
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-        return jobs
-
-    async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
-    ) -> HeartbeatResult:
-        beats_json = json.dumps(
-            [
-                {
-                    "id": b.job_id,
-                    "token": b.lease_token,
-                    "cur": b.progress_current,
-                    "tot": b.progress_total,
-                    "usage": b.usage,
-                }
-                for b in beats
-            ]
-        )
-        args = {
-            "beats": beats_json,
-            "ids": [b.job_id for b in beats],
-            "worker": worker_id,
-            "lease": lease_duration,
-        }
-        async with self._conn() as conn:
-            cur = await conn.execute(Q_HEARTBEAT, args)
-            rows = await cur.fetchall()
-        return HeartbeatResult(
-            frozenset(r["id"] for r in rows),
-            tuple(
-                ControlRequest(r["id"], r["cancel"], r["cancel_force"], pause=r["pause"])
-                for r in rows
-                if r["cancel"] or r["pause"]
-            ),
-        )
-
-    async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "UPDATE tether_jobs SET checkpoint = %s::jsonb "
-                "WHERE id = %s AND lease_token = %s AND state = 'running'",
-                (checkpoint_json, job_id, lease_token),
-            )
-            return cur.rowcount == 1
-
-    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        accepted: set[int] = set()
-        # Batches stay small enough for one NOTIFY payload of their ids.
-        for i in range(0, len(outcomes), FINISH_BATCH):
-            part = outcomes[i : i + FINISH_BATCH]
-            rows = [
-                {
-                    "id": o.job_id,
-                    "token": o.lease_token,
-                    "state": o.state.value,
-                    "result": o.result_json,
-                    "error": o.error,
-                    "delay": o.delay,
-                    "reason": o.reason,
-                    "usage": o.usage,
-                    "stopped_by": o.stopped_by,
-                    "phase": o.phase,
-                    "cur": o.progress_current,
-                    "tot": o.progress_total,
-                }
-                for o in part
-            ]
-            args = {
-                "outcomes": json.dumps(rows),
-                "ids": [o.job_id for o in part],
-                "worker": worker_id,
-            }
-            async with self._conn() as conn:
-                cur = await conn.execute(Q_FINISH, args)
-                accepted.update(r["id"] for r in await cur.fetchall())
-        return accepted
-
-    # -- workflows -----------------------------------------------------------------------
-
-    async def _lease_held(self, tx: Tx, job_id: int, token: int, *, no_cancel: bool) -> bool:
-        """Lock the job row (``Q_LEASE_HELD``) if its lease is still ``token``'s."""
-        params = {"id": job_id, "token": token, "no_cancel": no_cancel}
-        return await tx.one(Q_LEASE_HELD, params) is not None
 
     # -- notifications -------------------------------------------------------------------
 

@@ -77,6 +77,8 @@ class RowReader:
         # Lists are JSON text in SQLite and arrays in PostgreSQL.
         self._list: Callable[[Any], Any] = _loads if text_json else _identity
         self._time: Callable[[Any], datetime | None] = epoch_to_dt if epoch_times else _identity
+        # The driver hands out times, JSON and flags as tether keeps them (PostgreSQL).
+        self._native = not text_json and not epoch_times
 
     def time(self, value: Any) -> datetime | None:
         """A time column as tether hands it out: an aware UTC datetime, or ``None``."""
@@ -133,13 +135,14 @@ class RowReader:
         """The same :class:`Job` as :meth:`job`, from a tuple of :data:`JOB_COLUMNS`:
         looking columns up by name costs most of a claim's Python time on SQLite."""
         values = list(row)
-        t, j = self._time, self._json
-        for i in _TIME_AT:
-            values[i] = t(values[i])
-        for i in _JSON_AT:
-            values[i] = j(values[i])
-        for i in _FLAG_AT:
-            values[i] = bool(values[i])
+        if not self._native:  # a claim's hot path on PostgreSQL skips these
+            t, j = self._time, self._json
+            for i in _TIME_AT:
+                values[i] = t(values[i])
+            for i in _JSON_AT:
+                values[i] = j(values[i])
+            for i in _FLAG_AT:
+                values[i] = bool(values[i])
         values[_STATE_AT] = JobState(values[_STATE_AT])
         values[_KEY_AT] = payload.unscoped_key(values[_KEY_AT])
         values[_LIMITS_AT] = tuple(self._list(values[_LIMITS_AT]) or ())

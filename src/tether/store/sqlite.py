@@ -22,41 +22,28 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from tether import hints as h
-from tether.errors import InvalidJobError, JobNotFoundError, StoreError
+from tether.errors import InvalidJobError, StoreError
 from tether.hints import Hints
 from tether.job import (
-    ArtifactInfo,
-    Beat,
-    ControlRequest,
-    HeartbeatResult,
     Job,
     NewJob,
     Outcome,
 )
-from tether.states import TERMINAL
+from tether.store.admission import admit
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
 from tether.store.driver import Body, Tx, run_inline
-from tether.store.rows import (
-    JOB_COLUMNS,
-    RowReader,
-    effective_state,
-)
+from tether.store.rows import RowReader
 from tether.store.sql import sqlite as sqlite_sql
-from tether.store.sql.sqlite.queues import RATE_TOKENS
 from tether.store.sqlite_tx import SqliteTx
 from tether.store.sqlite_workflow import propagate
 
 T = TypeVar("T")
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 EACH = "(SELECT value FROM json_each(?))"
-LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
 # How often a listening store checks for other processes' commits.
 WATCH_INTERVAL = 0.1
-# SQLite's default limit on bound parameters is 32766; stay well below it.
-CHUNK = 500
 # A bulk enqueue commits this many jobs per transaction, so it never holds the write
 # lock for long (about 0.1 s here); between chunks other writers, heartbeats above all,
 # take their turn. Its jobs are claimable only once the last chunk has committed.
@@ -73,18 +60,6 @@ LOCK_POLL_MAX = 0.008
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
 OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
-
-
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
-
-
-def _tuples(conn: sqlite3.Connection) -> sqlite3.Cursor:
-    """A cursor of ``conn`` whose rows are plain tuples, for the hot paths (a row
-    looked up by column name costs a scan of the names)."""
-    cur = conn.cursor()
-    cur.row_factory = None
-    return cur
 
 
 class SqliteStore(SqlStore):
@@ -230,16 +205,6 @@ class SqliteStore(SqlStore):
         tx.announce(self.hints)
         return out
 
-    def _jobs_by_ids(self, conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
-        found: dict[int, Job] = {}
-        for i in range(0, len(ids), CHUNK):
-            part = ids[i : i + CHUNK]
-            sql = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id IN ({_marks(len(part))})"
-            for row in _tuples(conn).execute(sql, part):
-                job = self._rows.job_from_tuple(row)
-                found[job.id] = job
-        return found
-
     # -- producers and readers -----------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
@@ -326,270 +291,31 @@ class SqliteStore(SqlStore):
         out, _ = await self._insert_jobs(tx, jobs, ids, batch)
         return out
 
-    def _one(self, conn: sqlite3.Connection, job_id: int) -> Job:
-        job = self._jobs_by_ids(conn, [job_id]).get(job_id)
-        if job is None:
-            raise JobNotFoundError(job_id)
-        return job
+    # -- leases (see tether.store.common.leases) -----------------------------------------
 
-    # -- artifacts (queues, limits, cancellations: see tether.store.common) -------------
+    async def _claim(self, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        # The dialect's own claim: a look first, and limit admission in Python under the
+        # write lock (tether.store.admission: why PostgreSQL does it in SQL instead).
+        q = self.sql.leases
+        queues, tasks = params["queues"], params["tasks"]
+        args = {**params, **q.claim_names(queues, tasks)}
+        del args["queues"], args["tasks"]
+        ready = q.claim_ready(len(queues), len(tasks))
 
-    async def save_artifact(self, job_id: int, lease_token: int, name: str, data: bytes) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "INSERT INTO tether_artifacts (job_id, name, size, data, created_at) "
-                f"SELECT ?, ?, ?, ?, {NOW} WHERE EXISTS (SELECT 1 FROM tether_jobs "
-                "WHERE id = ? AND lease_token = ? AND state = 'running') "
-                "ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, "
-                "data = excluded.data, created_at = excluded.created_at",
-                (job_id, name, len(data), data, job_id, lease_token),
-            )
-            return cur.rowcount == 1
-
-        return await self._write_async(run)
-
-    async def list_artifacts(self, job_id: int) -> list[ArtifactInfo]:
-        def run() -> list[ArtifactInfo]:
-            rows = self._db().execute(
-                "SELECT job_id, name, size, created_at FROM tether_artifacts "
-                "WHERE job_id = ? ORDER BY name",
-                (job_id,),
-            )
-            return [self._rows.artifact(r) for r in rows]
-
-        return await self._call(run)
-
-    async def get_artifact(self, job_id: int, name: str) -> bytes | None:
-        def run() -> bytes | None:
-            row = (
-                self._db()
-                .execute(
-                    "SELECT data FROM tether_artifacts WHERE job_id = ? AND name = ?",
-                    (job_id, name),
-                )
-                .fetchone()
-            )
-            return bytes(row[0]) if row else None
-
-        return await self._call(run)
-
-    # -- workers -------------------------------------------------------------------------
-
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        tasks: Sequence[str],
-        limit: int,
-        lease_duration: float,
-    ) -> list[Job]:
-        pick = (
-            "FROM tether_jobs WHERE state IN ('queued', 'retrying') "
-            f"AND queue IN ({_marks(len(queues))}) AND task IN ({_marks(len(tasks))}) "
-            f"AND run_at <= {NOW} "
-            # A bulk enqueue still under way: its jobs wait for its last chunk.
-            "AND (batch IS NULL OR batch NOT IN (SELECT id FROM tether_open_batches))"
-        )
-        pick_params = [*queues, *tasks]
-
-        def run() -> list[Any]:
-            conn = self._db()
+        def run() -> list[tuple[Any, ...]]:
             # Look before taking the write lock: an idle poll must not serialize writers.
-            if conn.execute(f"SELECT 1 {pick} LIMIT 1", pick_params).fetchone() is None:
+            if run_inline(SqliteTx(self._db()).one(ready, args)) is None:
                 return []
-            return self._write(take)
+            candidates = q.claim_candidates(len(queues), len(tasks))
+            return self._write(lambda conn: run_inline(_take(SqliteTx(conn), candidates, args)))
 
-        def take(conn: sqlite3.Connection) -> list[Any]:
-            # The write lock serializes claimers, so the limits can be checked in Python:
-            # walk the candidates in order and keep those whose limits still have room.
-            tuples = _tuples(conn)
-            rows = tuples.execute(
-                f"SELECT id, limits, queue, task {pick} "
-                "AND queue NOT IN (SELECT name FROM tether_queues WHERE paused) "
-                "AND (limits IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tether_jobs.limits) "
-                "AS je JOIN tether_limits l ON l.name = je.value WHERE l.used >= l.capacity "
-                "OR (l.held > 0 AND l.block_on_hold))) "
-                "AND NOT EXISTS (SELECT 1 FROM tether_rate_limits r "
-                "WHERE r.id IN ('queue:' || tether_jobs.queue, 'task:' || tether_jobs.task) "
-                f"AND {RATE_TOKENS} < 1) "
-                "ORDER BY priority DESC, run_at, id LIMIT ?",
-                [*pick_params, limit * 2],
-            ).fetchall()
-            # Rate limits: the token each bucket holds now; a claim spends one per job.
-            tokens = {
-                r[0]: r[1]
-                for r in conn.execute(f"SELECT id, {RATE_TOKENS} FROM tether_rate_limits")
-            }
-            spent: dict[str, int] = {}
-            wanted = {n for r in rows if r[1] for n in json.loads(r[1])}
-            room: dict[str, int] = {}
-            if wanted:
-                for lim in conn.execute(
-                    f"SELECT name, capacity - used FROM tether_limits "
-                    f"WHERE name IN ({_marks(len(wanted))})",
-                    sorted(wanted),
-                ):
-                    room[lim[0]] = lim[1]
-            chosen: list[int] = []
-            for r in rows:
-                if len(chosen) >= limit:
-                    break
-                needs = json.loads(r[1]) if r[1] else []
-                rated = (
-                    [b for b in (f"queue:{r[2]}", f"task:{r[3]}") if b in tokens] if tokens else []
-                )
-                if all(room.get(n, 0) > 0 for n in needs) and all(
-                    tokens[b] - spent.get(b, 0) >= 1 for b in rated
-                ):
-                    for n in needs:
-                        room[n] -= 1
-                    for b in rated:
-                        spent[b] = spent.get(b, 0) + 1
-                    chosen.append(r[0])
-            if not chosen:
-                return []
-            conn.executemany(
-                f"UPDATE tether_rate_limits SET tokens = max(0.0, ? - ?), refilled_at = {NOW} "
-                "WHERE id = ?",
-                [(tokens[b], n, b) for b, n in spent.items()],
-            )
-            updated = (
-                _tuples(conn)
-                .execute(
-                    "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "
-                    f"worker_id = ?, lease_token = lease_token + 1, "
-                    f"lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, started_at = {NOW}, "
-                    "result = NULL, stopped_by = NULL, actor = 'worker', reason = NULL "
-                    f"WHERE id IN ({_marks(len(chosen))}) RETURNING {JOB_COLUMNS}",
-                    [worker_id, lease_duration, *chosen],
-                )
-                .fetchall()
-            )
-            return updated
+        # One hop to the store thread, for the look and the claim both.
+        return await self._call(run)
 
-        # Rows become jobs on the event loop's thread, not the store's: the store thread
-        # is what a drain waits on, and the loop has time to spare meanwhile.
-        jobs = [self._rows.job_from_tuple(r) for r in await self._call(run)]
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-        return jobs
-
-    async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
-    ) -> HeartbeatResult:
-        def run(conn: sqlite3.Connection) -> HeartbeatResult:
-            alive: set[int] = set()
-            requests = []
-            for beat in beats:
-                row = conn.execute(
-                    f"UPDATE tether_jobs SET lease_expires_at = {NOW} + ?, heartbeat_at = {NOW}, "
-                    "progress_current = COALESCE(?, progress_current), "
-                    "progress_total = COALESCE(?, progress_total), "
-                    "usage = COALESCE(?, usage) "
-                    "WHERE id = ? AND lease_token = ? AND state = 'running' "
-                    "RETURNING id, cancel_requested_at IS NOT NULL, cancel_force, "
-                    "pause_requested_at IS NOT NULL",
-                    (
-                        lease_duration,
-                        beat.progress_current,
-                        beat.progress_total,
-                        beat.usage,
-                        beat.job_id,
-                        beat.lease_token,
-                    ),
-                ).fetchone()
-                if row is None:
-                    continue
-                alive.add(row[0])
-                if row[1] or row[3]:
-                    requests.append(
-                        ControlRequest(row[0], bool(row[1]), bool(row[2]), pause=bool(row[3]))
-                    )
-            conn.execute(
-                # A worker presumed dead that still beats is alive (see the PostgreSQL store).
-                f"UPDATE tether_workers SET heartbeat_at = {NOW}, "
-                "state = CASE WHEN state = 'dead' THEN 'active' ELSE state END WHERE id = ?",
-                (worker_id,),
-            )
-            return HeartbeatResult(frozenset(alive), tuple(requests))
-
-        return await self._write_async(run)
-
-    async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "UPDATE tether_jobs SET checkpoint = ? "
-                "WHERE id = ? AND lease_token = ? AND state = 'running'",
-                (checkpoint_json, job_id, lease_token),
-            )
-            return cur.rowcount == 1
-
-        return await self._write_async(run)
-
-    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        # One statement for the whole batch: the outcomes come as one JSON array.
-        state = effective_state("v.st", "COALESCE(v.us, usage)")
-        sql = (
-            f"UPDATE tether_jobs SET state = {state}, "
-            "result = v.res, "
-            "error = CASE WHEN v.st = 'succeeded' THEN NULL ELSE COALESCE(v.err, error) END, "
-            # A release or a pause does not spend the attempt.
-            "attempt = CASE WHEN v.st IN ('queued', 'paused', 'blocked') THEN attempt - 1 "
-            "ELSE attempt END, "
-            f"phase = CASE WHEN {state} = 'blocked' THEN v.ph ELSE phase END, "
-            f"waiting_children = {state} = 'blocked', "
-            f"run_at = CASE WHEN v.st = 'retrying' THEN {NOW} + v.dl "
-            "WHEN v.st = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
-            "ELSE run_at END, "
-            f"finished_at = CASE WHEN {state} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "
-            "lease_expires_at = NULL, actor = ?, usage = COALESCE(v.us, usage), "
-            "progress_current = COALESCE(v.cur, progress_current), "
-            "progress_total = COALESCE(v.tot, progress_total), "
-            "stopped_by = v.sb, "
-            f"pause_requested_at = CASE WHEN {state} IN ('paused', 'blocked') "
-            "THEN pause_requested_at END, "
-            f"pause_reason = CASE WHEN {state} = 'paused' THEN COALESCE(pause_reason, v.rs) "
-            "ELSE pause_reason END, "
-            f"reason = CASE WHEN {state} = 'cancelled' "
-            "THEN COALESCE(cancel_reason, v.rs, 'cancel requested') "
-            f"WHEN {state} = 'paused' THEN COALESCE(pause_reason, v.rs) ELSE v.rs END "
-            "FROM (SELECT value ->> 0 AS id, value ->> 1 AS tok, value ->> 2 AS st, "
-            "value ->> 3 AS res, value ->> 4 AS err, value ->> 5 AS dl, value ->> 6 AS rs, "
-            "value ->> 7 AS us, value ->> 8 AS sb, value ->> 9 AS ph, value ->> 10 AS cur, "
-            "value ->> 11 AS tot FROM json_each(?)) AS v "
-            # The unary + keeps the planner off the state index: each outcome is one
-            # primary-key lookup, however many jobs run.
-            "WHERE tether_jobs.id = v.id AND tether_jobs.lease_token = v.tok "
-            "AND +tether_jobs.state = 'running' RETURNING tether_jobs.id"
-        )
-        rows = json.dumps(
-            [
-                (
-                    o.job_id,
-                    o.lease_token,
-                    o.state.value,
-                    o.result_json,
-                    o.error,
-                    o.delay,
-                    o.reason,
-                    o.usage,
-                    o.stopped_by,
-                    o.phase,
-                    o.progress_current,
-                    o.progress_total,
-                )
-                for o in outcomes
-            ]
-        )
-
-        def run(conn: sqlite3.Connection) -> set[int]:
-            accepted = {r[0] for r in conn.execute(sql, (worker_id, rows))}
-            self._propagate(conn, sorted(accepted))
-            return accepted
-
-        accepted = await self._write_async(run)
+    async def _after_finish(self, tx: Tx, outcomes: Sequence[Outcome]) -> None:
+        # No trigger here to announce jobs waiting again (see LeasesSql._after_finish).
         if any(o.state.value in ("queued", "retrying") for o in outcomes):
-            self.hints.publish(h.ENQUEUED, [h.ANY])
-        return accepted
+            await tx.notify(h.ENQUEUED, [h.ANY])
 
     # -- maintenance and schedules (common/maintenance.py, schedules.py): SQLite's hooks --
 
@@ -611,12 +337,6 @@ class SqliteStore(SqlStore):
 
     async def _after_transitions(self, tx: Tx, changed: list[int]) -> None:
         await propagate(tx, changed)
-
-    def _propagate(self, conn: sqlite3.Connection, changed: list[int]) -> None:
-        """The old synchronous entry, for code not yet written over a Tx."""
-        tx = SqliteTx(conn)
-        run_inline(propagate(tx, changed))
-        tx.announce(self.hints)
 
     async def listen(self) -> None:
         """Watch for other processes' commits, as NOTIFY does on PostgreSQL.
@@ -749,3 +469,23 @@ class CallerSqliteStore(SqliteStore):
             raise
         conn.execute("RELEASE tether_enqueue")
         return out
+
+
+async def _take(tx: Tx, candidates_sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """SQLite's claim under the write lock, which serializes claimers: read the
+    candidates (``candidates_sql``) and the limits, choose
+    (:func:`~tether.store.admission.admit`), write."""
+    q = sqlite_sql.leases
+    rows = await tx.tuples(candidates_sql, params)
+    candidates = [(r[0], json.loads(r[1]) if r[1] else (), r[2], r[3]) for r in rows]
+    tokens: dict[str, float] = {r[0]: r[1] for r in await tx.tuples(q.RATE_BUCKETS)}
+    wanted = {n for c in candidates for n in c[1]}
+    room: dict[str, int] = {}
+    if wanted:
+        room = {r[0]: r[1] for r in await tx.tuples(q.LIMIT_ROOM, {"names": sorted(wanted)})}
+    chosen, spent = admit(candidates, room, tokens, params["limit"])
+    if not chosen:
+        return []
+    for bucket, n in spent.items():
+        await tx.run(q.SPEND_TOKENS, {"tokens": tokens[bucket], "spent": n, "id": bucket})
+    return await tx.tuples(q.CLAIM_TAKE, {**params, "ids": chosen})

@@ -14,6 +14,7 @@ from tether.store.common.cancellations import CancellationsSql
 from tether.store.common.enqueue import EnqueueSql
 from tether.store.common.feed import FeedSql
 from tether.store.common.jobs import JobsSql
+from tether.store.common.leases import LeasesSql
 from tether.store.common.maintenance import MaintenanceSql
 from tether.store.common.queues import QueuesSql
 from tether.store.common.schedules import SchedulesSql
@@ -27,6 +28,7 @@ class SqlStore(
     EnqueueSql,
     FeedSql,
     JobsSql,
+    LeasesSql,
     MaintenanceSql,
     QueuesSql,
     SchedulesSql,

@@ -16,6 +16,10 @@ from tether.store.driver import Body, T, Tx
 from tether.store.rows import RowReader
 
 
+class LeaseLost(Exception):
+    """Raised in a body to roll back a worker's write whose lease was lost meanwhile."""
+
+
 class SqlBase:
     """The dialect's parts, which each store sets in its ``__init__``."""
 
@@ -64,12 +68,17 @@ class SqlBase:
     async def _lease_held(self, tx: Tx, job_id: int, token: int, *, no_cancel: bool) -> bool:
         """Whether the lease of ``job_id`` is still ``token``'s (and, with ``no_cancel``,
         no cancel was asked for), checked after a worker's INSERT-based write (spawn,
-        artifact), in its transaction; ``False``: roll the write back.
+        artifact) in its transaction; ``False``: raise :class:`LeaseLost` to roll it back.
 
-        Always on SQLite: the write lock held since the INSERT lets nothing change.
-        PostgreSQL's store overrides it.
+        PostgreSQL's ``LEASE_HELD`` locks the job row until commit; SQLite needs no such
+        fence (``LEASE_HELD`` is None): the write lock held since the INSERT lets nothing
+        change.
         """
-        return True
+        query = self.sql.leases.LEASE_HELD
+        if query is None:
+            return True
+        params = {"id": job_id, "token": token, "no_cancel": no_cancel}
+        return await tx.one(query, params) is not None
 
     def _time(self, value: Any) -> datetime | None:
         """A time column as tether hands it out (an aware UTC datetime)."""

@@ -11,16 +11,12 @@ from tether import hints as h
 from tether.errors import JobNotFoundError, StoreError
 from tether.job import Job, NewJob
 from tether.store.base import check_dependencies
-from tether.store.common.base import SqlBase
+from tether.store.common.base import LeaseLost, SqlBase
 from tether.store.driver import Tx
 
 
 def _id(job: Job) -> int:
     return job.id
-
-
-class LeaseLost(Exception):
-    """Raised in a body to roll back a worker's write whose lease was lost meanwhile."""
 
 
 class EnqueueSql(SqlBase):

@@ -6,6 +6,8 @@ from tether.states import TERMINAL
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 LIVE_SQL = "'queued', 'blocked', 'running', 'retrying', 'paused'"
+# A rate limit's bucket as of now: what it held, refilled since, never above the burst.
+RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
 
 
 def each(name: str) -> str:

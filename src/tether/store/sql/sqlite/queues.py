@@ -1,6 +1,6 @@
 """Queues, concurrency limits and rate limits (see :mod:`tether.store.common.queues`)."""
 
-from tether.store.sql.sqlite.fragments import NOW
+from tether.store.sql.sqlite.fragments import NOW, RATE_TOKENS
 
 SET_QUEUE_PAUSED = (
     "INSERT INTO tether_queues (name, paused, reason, changed_at) "
@@ -31,7 +31,6 @@ SET_RATE_LIMIT = (
 )
 REMOVE_RATE_LIMIT = "DELETE FROM tether_rate_limits WHERE id = :id"
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
-RATE_TOKENS = f"min(burst, tokens + max(0.0, {NOW} - refilled_at) * per_second)"
 LIST_RATE_LIMITS = (
     f"SELECT id, per_second, burst, {RATE_TOKENS} AS tokens FROM tether_rate_limits ORDER BY id"
 )
