@@ -15,8 +15,12 @@ MARK_DEAD = f"UPDATE tether_workers SET state = 'dead' WHERE id IN {each('ids')}
 DEAD_SESSIONS = None
 
 _HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)"
+# INDEXED BY: once the table is mostly finished jobs, ANALYZE's statistics (one value of
+# `state` for nearly every row) make the planner scan the whole table for the few running
+# jobs, every second (129 ms at 1,000,000 rows, against 0.3 ms through the index).
 RESCUE = (
-    f"UPDATE tether_jobs SET state = {RESCUE_STATE}, "
+    "UPDATE tether_jobs INDEXED BY tether_jobs_running "
+    f"SET state = {RESCUE_STATE}, "
     "lease_token = lease_token + 1, lease_expires_at = NULL, "
     # Recovered work that has a checkpoint goes first: back to its place in line.
     # Other recovered work goes to the back of the line: behind every job
