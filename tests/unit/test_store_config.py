@@ -103,13 +103,14 @@ def test_a_bad_pgbouncer_value_is_a_clear_error() -> None:
         App("postgresql://h/db?pgbouncer=maybe")
 
 
-def test_a_worker_pools_one_connection_and_serve_four_unless_told() -> None:
+def test_a_worker_keeps_one_connection_grows_to_two_and_serve_takes_four_unless_told() -> None:
     store = create_store("postgresql://h/db")
     assert isinstance(store, PostgresStore)
-    assert store._pool.max_size == 1
+    # One kept; a second only while calls overlap, closed again after a minute unused.
+    assert (store._pool.min_size, store._pool.max_size, store._pool.max_idle) == (1, 2, 60.0)
     app = App("postgresql://h/db")
     set_pool_size(app, None, default=4)  # what `tether serve` does
     assert app.config.store.pool_size == 4
-    told = App("postgresql://h/db", config=AppConfig(store=StoreConfig(pool_size=2)))
+    told = App("postgresql://h/db", config=AppConfig(store=StoreConfig(pool_size=3)))
     set_pool_size(told, None, default=4)
-    assert told.config.store.pool_size == 2
+    assert told.config.store.pool_size == 3

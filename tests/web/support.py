@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -121,3 +122,17 @@ def live_server(asgi: Any, config: uvicorn.Config | None = None) -> Iterator[str
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+async def dashboard_login(client: Client, who: str) -> httpx.AsyncClient:
+    """The client's httpx client, logged in to the dashboard as ``who`` (a principal
+    whose token ``client.tokens`` knows)."""
+    http: httpx.AsyncClient = client.http
+    http.cookies.clear()
+    page = await http.get("/login")
+    nonce = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert nonce is not None
+    token = (client.tokens or {})[who]
+    res = await http.post("/login", data={"token": token, "csrf": nonce.group(1)})
+    assert res.status_code == 303, res.text
+    return http

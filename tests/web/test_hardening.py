@@ -22,6 +22,7 @@ from tether.task import EnqueueOptions
 from tether.web import ApiSettings, create_app
 
 from .support import Client, add_tasks, free_port, live_server
+from .support import dashboard_login as login
 
 JobIn = Callable[..., Awaitable[Job]]
 MAX_DEPTH = 64  # the documented nesting limit (tether.payload.MAX_DEPTH)
@@ -113,19 +114,6 @@ async def test_names_outside_the_safe_alphabet_are_refused_by_the_python_api(tap
 
 
 # -- 3, 4, 5: the dashboard, in process ---------------------------------------------------------
-
-
-async def login(client: Client, who: str) -> httpx.AsyncClient:
-    """The client's httpx client, logged in to the dashboard as ``who``."""
-    http = client.http
-    http.cookies.clear()
-    page = await http.get("/login")
-    nonce = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert nonce is not None
-    token = (client.tokens or {})[who]
-    res = await http.post("/login", data={"token": token, "csrf": nonce.group(1)})
-    assert res.status_code == 303, res.text
-    return http
 
 
 def csrf_of(html: str) -> str:

@@ -26,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from tether.config import DEFAULT_POOL_SIZE, StoreConfig
+from tether.config import DEFAULT_POOL_SIZE, POOL_MAX_IDLE, StoreConfig
 from tether.errors import ConfigError, InvalidJobError, StoreError
 from tether.hints import Hints
 from tether.store.api_rows import ApiRowReader
@@ -244,6 +244,9 @@ class PostgresStore(SqlStore):
             self._dsn,
             min_size=1,
             max_size=cfg.pool_size or DEFAULT_POOL_SIZE,
+            # Beyond the one it keeps, a connection closes after this long unused: an
+            # idle fleet goes back to one pooled connection per process.
+            max_idle=POOL_MAX_IDLE,
             open=False,
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
             kwargs={"autocommit": True, "row_factory": dict_row, **self._connect_kwargs},

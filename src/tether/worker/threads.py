@@ -140,6 +140,11 @@ class HandlerThreads:
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
 
+    async def flush(self) -> None:
+        """Wait for the reports still on their way (a stopping worker's loop may close
+        right after it stops)."""
+        await asyncio.gather(*self._reports, return_exceptions=True)
+
     async def _write(self) -> None:
         # One write at a time, each with the state current when it is sent: the last
         # one to land is the latest.

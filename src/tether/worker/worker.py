@@ -278,9 +278,7 @@ class Worker:
             await self.leader.resign()  # another worker leads at its next round
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, "stopped")
-        # A report of the thread pool's state may still be on its way: none may outlive
-        # the worker (its loop may close right after).
-        await asyncio.gather(*self.threads._reports, return_exceptions=True)
+        await self.threads.flush()  # no report of the pool's state outlives the worker
         self.threads.pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped", self.id)
         self._done.set()
