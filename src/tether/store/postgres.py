@@ -16,7 +16,7 @@ import socket
 import struct
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -32,7 +32,7 @@ from tether.hints import Hints
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
 from tether.store.driver import Body, T
-from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx, chunks
+from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx
 from tether.store.rows import (
     RowReader,
 )
@@ -409,18 +409,10 @@ class PostgresStore(SqlStore):
             return True
         return exc is None and call.result()
 
-    async def _notify(
-        self, conn: psycopg.AsyncConnection[Any], channel: str, ids: Sequence[str]
-    ) -> None:
-        for payload in chunks(ids):
-            await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
-
-    # -- producers and readers -----------------------------------------------------------
-
     # -- workers -------------------------------------------------------------------------
 
     # The worker's row (WorkersSql) records the backend pid of this store's LISTEN
-    # session (_backend_pid), which Q_DEAD_SESSIONS watches: SQLite has no such session.
+    # session (_backend_pid), which DEAD_SESSIONS watches: SQLite has no such session.
     async def _worker_session(self, worker_id: str) -> None:
         await self.listen()
         if self._listen_dsn is not None:

@@ -35,12 +35,12 @@ from tether.store.common import SqlStore
 from tether.store.driver import Body, Tx, run_inline
 from tether.store.rows import RowReader
 from tether.store.sql import sqlite as sqlite_sql
+from tether.store.sql.sqlite.fragments import NOW
 from tether.store.sqlite_tx import SqliteTx
 from tether.store.sqlite_workflow import propagate
 
 T = TypeVar("T")
 
-NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 EACH = "(SELECT value FROM json_each(?))"
 # How often a listening store checks for other processes' commits.
 WATCH_INTERVAL = 0.1
