@@ -7,27 +7,31 @@ from datetime import UTC, datetime
 
 from tether.job import Job
 from tether.states import JobState
-from tether.store.rows import JOB_COLUMNS, RowReader, job_from_tuple
+from tether.store.rows import JOB_COLUMNS, RowReader
 
 
 def test_job_columns_are_in_the_order_of_job_fields() -> None:
-    # job_from_tuple builds a Job positionally from a row of JOB_COLUMNS.
+    # RowReader.job_from_tuple builds a Job positionally from a row of JOB_COLUMNS.
     columns = [c.strip() for c in JOB_COLUMNS.split(",")]
     assert columns == [f.name for f in dataclasses.fields(Job)]
 
 
-def test_job_from_tuple_converts_state_and_limits() -> None:
+def test_a_postgresql_tuple_row_converts_state_limits_and_the_scoped_key() -> None:
+    # psycopg has converted times, JSON and flags already; the reader does the rest.
+    read = RowReader(text_json=False, epoch_times=False).job_from_tuple
     now = datetime.now(UTC)
     values: dict[str, object] = {f.name: None for f in dataclasses.fields(Job)}
     values.update(
         id=7, task="t", args={"a": 1}, queue="q", priority=0, state="running", attempt=1,
         max_attempts=3, run_at=now, created_at=now, lease_token=2, cancel_force=False,
         usage=0, limits=["key:k"], waiting_children=False, cancel_cascade=True,
+        idempotency_key="owner\x1fkey",
     )  # fmt: skip
-    job = job_from_tuple(tuple(values.values()))
+    job = read(tuple(values.values()))
     assert job.state is JobState.RUNNING and job.limits == ("key:k",)
     assert (job.id, job.args, job.lease_token, job.run_at) == (7, {"a": 1}, 2, now)
-    assert job_from_tuple(tuple({**values, "limits": None}.values())).limits == ()
+    assert job.idempotency_key == "key"  # as get() and SQLite hand it out
+    assert read(tuple({**values, "limits": None}.values())).limits == ()
 
 
 def test_a_sqlite_tuple_row_reads_as_the_same_job_as_a_named_row() -> None:

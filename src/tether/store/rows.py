@@ -34,19 +34,6 @@ def worker_process(row: Row) -> WorkerProcess:
     )
 
 
-def job_from_tuple(row: Sequence[Any]) -> Job:
-    """A :class:`Job` from a tuple of :data:`JOB_COLUMNS` whose times and JSON the driver
-    has already converted (PostgreSQL). The columns are in :class:`Job`'s field order."""
-    values = list(row)
-    values[6] = JobState(values[6])
-    values[32] = tuple(values[32] or ())
-    # Filling the instance dict directly: a frozen dataclass's __init__ sets its 38
-    # fields one object.__setattr__ at a time, which is most of a claim's Python cost.
-    job = object.__new__(Job)
-    job.__dict__.update(zip(_JOB_FIELDS, values, strict=True))
-    return job
-
-
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 # Positions in JOB_COLUMNS (and Job's fields) of the columns a dialect may store in
 # another form: times, JSON payloads, flags.

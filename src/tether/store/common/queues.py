@@ -69,8 +69,6 @@ class QueuesSql(SqlBase):
             await tx.notify(h.ENQUEUED, [h.ANY])
 
         await self._transact(body)
-        # This process's claimers at once too, not only when the NOTIFY comes back.
-        self.hints.publish(h.ENQUEUED, [h.ANY])
 
     async def remove_rate_limit(self, scope: str, name: str) -> bool:
         async def body(tx: Tx) -> bool:
@@ -78,10 +76,7 @@ class QueuesSql(SqlBase):
             await tx.notify(h.ENQUEUED, [h.ANY])
             return removed > 0
 
-        removed = await self._transact(body)
-        # This process's claimers at once too, not only when the NOTIFY comes back.
-        self.hints.publish(h.ENQUEUED, [h.ANY])
-        return removed
+        return await self._transact(body)
 
     async def list_rate_limits(self) -> list[RateLimitInfo]:
         async def body(tx: Tx) -> list[RateLimitInfo]:

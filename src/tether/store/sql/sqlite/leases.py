@@ -1,6 +1,7 @@
 """Claims, heartbeats, checkpoints, outcomes and artifacts (see
 :mod:`tether.store.common.leases`)."""
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -36,11 +37,13 @@ def _pick(queues: int, tasks: int) -> str:
     )
 
 
+@functools.cache  # a worker asks with the same counts at every poll
 def claim_ready(queues: int, tasks: int) -> str:
     """Whether any job of these many queues and tasks is claimable (one row or none)."""
     return f"SELECT 1 {_pick(queues, tasks)} LIMIT 1"
 
 
+@functools.cache
 def claim_candidates(queues: int, tasks: int) -> str:
     """The claimable jobs of these many queues and tasks, in claim order, that no full
     limit, held limit or empty rate bucket rules out: twice the ``limit`` wanted, so
