@@ -1,4 +1,5 @@
-"""The safe alphabet for the names of queues, concurrency keys, resources and tasks.
+"""The safe alphabet for the names of queues, concurrency keys, resources, tasks and
+schedules.
 
 Names end up in URL paths, HTML, log lines and indexed columns. A name is 1 to 200
 characters from ``A-Z a-z 0-9 _ . : - @ < >`` and starts with a letter, a digit or ``_``:

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from tether import names
 from tether.errors import ConfigError
 from tether.job import JSON
 
@@ -52,8 +53,9 @@ class Schedule:
     queue: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.name or len(self.name) > 200:
-            raise ConfigError("a schedule needs a name of 1 to 200 characters")
+        # The same safe alphabet as queues and tasks: a name is one URL path segment on
+        # the dashboard and in the API, never "..", never a "/".
+        names.check_config("schedule", self.name)
         if self.missed not in ("none", "latest"):
             raise ConfigError(f"schedule {self.name!r}: missed must be 'none' or 'latest'")
         if self.jitter < 0 or self.grace < 0:

@@ -271,6 +271,35 @@ async def test_a_server_can_hide_totals_from_members(tapp: App, tokens: dict[str
         assert queues.status_code == 200 and 'id="totals-hidden"' in queues.text
 
 
+async def test_hidden_totals_stay_hidden_everywhere_and_each_refusal_is_audited(
+    tapp: App, tokens: dict[str, str]
+) -> None:
+    api = create_app(tapp, ApiSettings(rate_burst=10_000, members_see_totals=False))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=api), base_url="http://tether.test"
+    ) as http:
+        client = Client(http, tokens)
+        for owner, queue in (("alice", "alices-queue"), ("bob", "bobs-secret-queue")):
+            res = await client.post(owner, "/api/jobs", json={"task": "echo", "queue": queue})
+            assert res.status_code == 201, res.text
+        paths = ("/api/stats", "/api/queues", "/api/keys", "/metrics")
+        for path in paths:
+            res = await client.get("alice", path)
+            assert res.status_code == 403, path
+            assert "bobs-secret-queue" not in res.text
+        metrics = await client.get("root", "/metrics")
+        assert metrics.status_code == 200 and "bobs-secret-queue" in metrics.text
+        denied = {
+            r.target for r in await audit_rows(tapp) if (r.actor, r.result) == ("alice", "denied")
+        }
+        assert denied == set(paths)
+        http.cookies.clear()
+        dash = await login(client, "alice")
+        page = await dash.get("/jobs")
+        assert page.status_code == 200
+        assert "alices-queue" in page.text and "bobs-secret-queue" not in page.text
+
+
 # -- 7. audit --------------------------------------------------------------------------------
 
 
@@ -387,6 +416,50 @@ async def test_cross_site_mutations_are_refused(tapp: App, authed: Client, job_i
     ).status_code == 200
     res = await authed.post("alice", f"/api/jobs/{job.id}/cancel", headers=same)
     assert res.status_code == 200
+
+
+async def test_cross_site_refusals_are_audited_with_who_sent_them(
+    tapp: App, authed: Client, job_in: JobIn
+) -> None:
+    job = await job_in("queued", owner="alice")
+    cross = {"Sec-Fetch-Site": "cross-site"}
+    res = await authed.post("alice", f"/api/jobs/{job.id}/cancel", headers=cross)
+    assert res.status_code == 403
+    http = await login(authed, "root")
+    page = await http.get(f"/jobs/{job.id}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    target = f"/jobs/{job.id}/pause"
+    res = await http.post(target, data={"csrf": csrf.group(1), "target": target}, headers=cross)
+    assert res.status_code == 403
+    http.cookies.clear()
+    res = await http.post("/login", data={"token": (authed.tokens or {})["eve"]}, headers=cross)
+    assert res.status_code == 403
+    assert (await tapp.get(job.id)).state.value == "queued"
+    rows = {
+        (r.actor, r.action, r.target)
+        for r in await audit_rows(tapp)
+        if r.result == "denied" and "another site" in (r.detail or "")
+    }
+    assert rows == {
+        ("alice", "api.post", f"/api/jobs/{job.id}/cancel"),
+        ("root", "dashboard.post", target),
+        ("unauthenticated", "dashboard.login", "/login"),
+    }
+
+
+async def test_a_flood_of_cross_site_posts_leaves_a_bounded_trail(
+    tapp: App, authed: Client
+) -> None:
+    from tether.web.guard import AUDITED_PER_MINUTE
+
+    for _ in range(AUDITED_PER_MINUTE + 20):
+        res = await authed.http.post("/login", headers={"Sec-Fetch-Site": "cross-site"})
+        assert res.status_code == 403
+    rows = [r for r in await audit_rows(tapp) if r.action == "dashboard.login"]
+    # A minute boundary inside the loop may add one more batch; never one row per post.
+    assert AUDITED_PER_MINUTE <= len(rows) <= 2 * AUDITED_PER_MINUTE
+    assert any("not recorded" in (r.detail or "") for r in rows)
 
 
 async def test_request_bodies_are_strict(authed: Client, job_in: JobIn) -> None:

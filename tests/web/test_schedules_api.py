@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import pytest
+
 from tether import App
+from tether.errors import ConfigError
 from tether.ops import MAINTENANCE
 
-from .support import Client
+from .support import Client, dashboard_login
 
 
 def add_schedule(app: App) -> None:
@@ -62,3 +68,41 @@ async def test_the_dashboard_shows_schedules_and_the_leader(
     assert "tick" in page.text and "*/5 * * * *" in page.text and "Pause" in page.text
     workers = await http.get("/workers")
     assert "★ leader" in workers.text and "Maintenance leader: h:1:aa" in workers.text
+
+
+async def submit(http: Any, page_html: str, action: str) -> Any:
+    """Post the rendered form whose action is ``action``, with every field it carries,
+    as a browser would."""
+    forms = re.findall(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', page_html, re.S)
+    for url, body in forms:
+        if url == action:
+            fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', body))
+            return await http.post(url, data=fields)
+    raise AssertionError(f"no form posts to {action}")
+
+
+async def test_the_dashboard_pauses_and_resumes_a_schedule(
+    tapp: App, client: Client, tokens: dict[str, str]
+) -> None:
+    add_schedule(tapp)
+    client.tokens = tokens
+    http = await dashboard_login(client, "root")
+    page = await http.get("/schedules")
+    res = await submit(http, page.text, "/schedules/tick/pause")
+    assert res.status_code == 303, res.text
+    [row] = (await client.get("root", "/api/schedules")).json()["items"]
+    assert row["paused"] is True
+    page = await http.get("/schedules")
+    res = await submit(http, page.text, "/schedules/tick/resume")
+    assert res.status_code == 303, res.text
+    [row] = (await client.get("root", "/api/schedules")).json()["items"]
+    assert row["paused"] is False
+    actions = [(e.action, e.result) for e in await (await tapp.store()).list_audit(50, 0)]
+    assert ("schedule.pause", "ok") in actions and ("schedule.resume", "ok") in actions
+    assert ("dashboard.post", "denied") not in actions
+
+
+@pytest.mark.parametrize("name", ["../jobs/1", "a/b", "..", "nightly report", "x" * 201])
+def test_schedule_names_follow_the_safe_alphabet(tapp: App, name: str) -> None:
+    with pytest.raises(ConfigError, match="schedule name"):
+        tapp.schedule("echo", cron="*/5 * * * *", name=name, args={})

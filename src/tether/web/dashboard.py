@@ -523,9 +523,18 @@ async def jobs_page(
         filters=filters,
         query=urlencode({k: val for k, val in filters.items() if val}),
         states=[s.value for s in JobState] + list(display_states),
-        queues=[qi.name for qi in await caller.app.queues()],
+        queues=await _queue_choices(v, caller, found),
         tasks=sorted(caller.app.tasks),
     )
+
+
+async def _queue_choices(v: Visitor, caller: Caller, shown: list[Job]) -> list[str]:
+    """The queue filter's choices: every queue, or, for a member of a server that hides
+    the totals, only the queues of the member's own jobs (other owners' queue names are
+    part of what it hides)."""
+    if _totals_hidden(v):
+        return sorted({j.queue for j in shown})
+    return [qi.name for qi in await caller.app.queues()]
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

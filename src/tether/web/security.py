@@ -205,6 +205,15 @@ async def authorize(
     return caller
 
 
+async def totals_allowed(caller: Caller, target: str) -> None:
+    """Stats, queues, keys and the metrics' job gauges are global (every principal's
+    jobs). A server with ``members_see_totals`` off refuses them to members, and the
+    refusal is audited like any other."""
+    if caller.principal.owner_filter is not None and not caller.api.settings.members_see_totals:
+        await caller.record(target, "denied", "totals are hidden from members")
+        raise ApiError(403, "forbidden", "this server does not show members the totals of all jobs")
+
+
 async def _authenticate(
     api: Api, request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal | None:

@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Path, Query
 
 from tether import names
-from tether.web.errors import ApiError
 from tether.web.models import (
     AuditOut,
     AuditPage,
@@ -25,19 +24,12 @@ from tether.web.models import (
 from tether.web.redact import for_member
 from tether.web.routes import ERRORS
 from tether.web.routes.jobs import RECORD_FIELDS, Limit, Offset
-from tether.web.security import ADMINS, ALL_ROLES, Caller, require
+from tether.web.security import ADMINS, ALL_ROLES, Caller, require, totals_allowed
 
 router = APIRouter(responses=ERRORS)
 
 QueueName = Annotated[str, Path(pattern=names.NAME_PATTERN, description="Queue.")]
 RUNNING_SHOWN = 10_000  # running jobs listed across all workers (the running set is small)
-
-
-def _totals(caller: Caller) -> None:
-    """Stats, queues and keys are global (every principal's jobs). A server with
-    ``members_see_totals`` off refuses them to members."""
-    if caller.principal.owner_filter is not None and not caller.api.settings.members_see_totals:
-        raise ApiError(403, "forbidden", "this server does not show members the totals of all jobs")
 
 
 def _next(offset: int, limit: int, found: int) -> int | None:
@@ -75,7 +67,7 @@ async def list_cancellations(
 async def list_queues(
     caller: Annotated[Caller, Depends(require("queue.list", ALL_ROLES))],
 ) -> QueueList:
-    _totals(caller)
+    await totals_allowed(caller, "/api/queues")
     return QueueList(items=[QueueOut.of(q) for q in await caller.app.queues()])
 
 
@@ -128,7 +120,7 @@ async def resume_queue(
 async def list_keys(
     caller: Annotated[Caller, Depends(require("key.list", ALL_ROLES))],
 ) -> KeyList:
-    _totals(caller)
+    await totals_allowed(caller, "/api/keys")
     return KeyList(items=[KeyOut.of(lim) for lim in await caller.app.limits()])
 
 
@@ -162,7 +154,7 @@ async def list_workers(
 
 @router.get("/stats", response_model=Stats, tags=["workers"], summary="Jobs in each state")
 async def stats(caller: Annotated[Caller, Depends(require("stats.read", ALL_ROLES))]) -> Stats:
-    _totals(caller)
+    await totals_allowed(caller, "/api/stats")
     counts = await caller.app.stats()
     return Stats(states=counts, total=sum(counts.values()))
 

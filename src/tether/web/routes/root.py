@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from tether import metrics
 from tether.web.models import DatabaseHealth, Health
 from tether.web.routes import ERRORS
-from tether.web.security import ALL_ROLES, Api, Caller, require
+from tether.web.security import ALL_ROLES, Api, Caller, require, totals_allowed
 
 router = APIRouter()
 log = logging.getLogger("tether.web")
@@ -81,7 +81,7 @@ async def health(request: Request) -> JSONResponse:
 @router.get(
     "/metrics",
     tags=["status"],
-    summary="Prometheus metrics (any token)",
+    summary="Prometheus metrics (any token; not members where totals are hidden)",
     response_class=Response,
     responses={
         **ERRORS,
@@ -91,4 +91,6 @@ async def health(request: Request) -> JSONResponse:
 async def metrics_endpoint(
     caller: Annotated[Caller, Depends(require("metrics.read", ALL_ROLES))],
 ) -> Response:
+    # The database gauges name every queue and count every principal's jobs.
+    await totals_allowed(caller, "/metrics")
     return Response(await metrics.render(caller.app), media_type=metrics.CONTENT_TYPE_LATEST)
