@@ -23,6 +23,19 @@ PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG", "postgresql://postgres@127.0.0.1
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``CI=true`` a skipped test fails, whatever skipped it (a missing tool, an
+    unreachable server, a platform check): CI must never pass by not running something.
+    ``.ci/run`` installs what the tests need."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, where nothing may skip: {reason}"
+
+
 def _with_db(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{name}"))
