@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from tests.helpers import fast_config
 from tether import App, AppConfig, JobContext, Worker
+from tether.errors import StoreError
 from tether.job import Job
 from tether.maintenance import Scheduler
 
@@ -302,6 +303,9 @@ async def test_a_held_schedule_row_stalls_neither_declarations_nor_ticks(pg_url:
             assert keyed(first, "schedule:beat") == [key("beat", second(n)) for n in (1, 2)]
             [row] = await a.app.list_schedules()
             assert row.last_tick == START  # its bookkeeping waits for the next round
+            # A person removing it waits a bounded time, then is told why.
+            with pytest.raises(StoreError, match="lock timeout"):
+                await asyncio.wait_for(a.app.remove_schedule("beat"), 10)
         fleet.clock.step(1.0)
         # The leader looks at ticks 1 and 2 again and gets their jobs back, not new ones;
         # then b records its definition.

@@ -116,10 +116,14 @@ class SchedulesSql(SqlBase):
         return await self._query(body)
 
     async def delete_schedule(self, name: str) -> bool:
-        async def body(tx: Tx) -> bool:
-            return await tx.run(self.sql.schedules.DELETE_SCHEDULE, {"name": name}) > 0
+        q = self.sql.schedules
 
-        return await self._change(body)
+        async def body(tx: Tx) -> bool:
+            if q.DELETE_LOCK_TIMEOUT is not None:
+                await tx.run(q.DELETE_LOCK_TIMEOUT)
+            return await tx.run(q.DELETE_SCHEDULE, {"name": name}) > 0
+
+        return await self._transact(body)
 
     async def set_schedule_paused(self, name: str, paused: bool) -> bool:
         async def body(tx: Tx) -> bool:

@@ -13,11 +13,13 @@ INSERT_SCHEDULE = (
     "defined_at, defined_by) VALUES (%(name)s, %(task)s, %(cron)s, %(timezone)s, %(start)s, "
     "%(definition)s, now(), %(holder)s) ON CONFLICT (name) DO NOTHING RETURNING name"
 )
-# Only for a row LOCK_SCHEDULES locked in the same transaction.
+# For a row LOCK_SCHEDULES locked in the same transaction (SKIP LOCKED never skips a
+# row this transaction holds; it keeps the statement from waiting on its own anyway).
 REDEFINE_SCHEDULE = (
     "UPDATE tether_schedules SET task = %(task)s, cron = %(cron)s, timezone = %(timezone)s, "
     "definition = %(definition)s, defined_at = now(), defined_by = %(holder)s "
-    "WHERE name = %(name)s"
+    "WHERE name = (SELECT name FROM tether_schedules WHERE name = %(name)s "
+    "FOR UPDATE SKIP LOCKED)"
 )
 # Never back: another scheduler may have dealt with this tick already. A row someone
 # holds is skipped, not waited for: the tick's job is enqueued already (idempotently),
@@ -36,8 +38,8 @@ DECLARED_SCHEDULES = (
     "WHERE w.state IN ('active', 'draining') AND w.schedules IS NOT NULL GROUP BY d.name"
 )
 SET_SCHEDULE_PAUSED = "UPDATE tether_schedules SET paused = %(paused)s WHERE name = %(name)s"
-# A person's command: it fails at once rather than wait behind someone's lock.
-DELETE_SCHEDULE = (
-    "DELETE FROM tether_schedules WHERE name = (SELECT name FROM tether_schedules "
-    "WHERE name = %(name)s FOR UPDATE NOWAIT)"
-)
+# A person's command, in a transaction that bounds its wait on a row lock first: the
+# leader holds a schedule's row for a moment each round, someone else may hold it for
+# longer, and then the command fails ("lock timeout") instead of hanging.
+DELETE_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'"
+DELETE_SCHEDULE = "DELETE FROM tether_schedules WHERE name = %(name)s"

@@ -31,4 +31,6 @@ DECLARED_SCHEDULES = (
     "AND w.schedules IS NOT NULL GROUP BY d.value"
 )
 SET_SCHEDULE_PAUSED = "UPDATE tether_schedules SET paused = :paused WHERE name = :name"
+# No row locks on SQLite: the write lock's busy timeout bounds the wait.
+DELETE_LOCK_TIMEOUT = None
 DELETE_SCHEDULE = "DELETE FROM tether_schedules WHERE name = :name"
