@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from tests.helpers import fast_config
 from tether import App, AppConfig, JobContext, Worker
+from tether.config import MaintenanceConfig
 from tether.errors import StoreError
 from tether.job import Job
 from tether.maintenance import Scheduler
@@ -55,7 +56,10 @@ class Fleet:
         self.workers: list[Worker] = []
 
     async def worker(self, declare: Declare) -> Worker:
-        app = App(self.url, config=AppConfig(wait_poll_interval=0.05))
+        # A lease far longer than any test: leadership changes only when a test says so
+        # (resign), never because a slow machine let it run out.
+        maintenance = MaintenanceConfig(leader_ttl=600.0, leader_renew_interval=1.0)
+        app = App(self.url, config=AppConfig(wait_poll_interval=0.05, maintenance=maintenance))
         declare(app)
         self.apps.append(app)
         queues = sorted({"default"} | {t.queue for t in app.tasks.values()})
