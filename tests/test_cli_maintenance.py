@@ -1,4 +1,5 @@
-"""The maintenance commands: prune, schedule list|pause|resume, and the leader in workers."""
+"""The maintenance commands: prune, schedule list|pause|resume|remove, and the leader in
+workers."""
 
 from __future__ import annotations
 
@@ -108,6 +109,13 @@ def test_schedule_list_pause_and_resume(app_ref: str) -> None:
     assert row["paused"] is False
     missing = tether("schedule", "pause", "nope", "--app", app_ref)
     assert missing.exit_code == 1 and "no schedule named 'nope'" in missing.stderr
+    # Recorded (by the pause above), declared by no live worker: removed for good.
+    assert row["declared_by"] == 0 and "no live worker" in table.stdout
+    removed = tether("schedule", "remove", "morning", "--app", app_ref)
+    assert removed.exit_code == 0 and "removed" in removed.stdout, removed.output
+    assert "still declare" not in removed.stdout
+    gone = tether("schedule", "remove", "morning", "--app", app_ref)
+    assert gone.exit_code == 1 and "no schedule named 'morning'" in gone.stderr
 
 
 def test_workers_names_the_maintenance_leader(sqlite_url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
 import os
 import weakref
@@ -51,7 +52,7 @@ from tether.job import (
     RateLimitInfo,
     WorkerInfo,
 )
-from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleRow
+from tether.ops import MAINTENANCE, LeaderInfo, PruneReport, ScheduleDeclaration, ScheduleRow
 from tether.periodic import DEFAULT_GRACE, Missed, Schedule
 from tether.portal import Portal
 from tether.schema import ensure_schema
@@ -1004,15 +1005,31 @@ class App:
         self.schedules[schedule.name] = schedule
         return schedule
 
-    async def list_schedules(self) -> builtins.list[ScheduleRow]:
-        """Every schedule: this app's and those the database knows, with the last tick
-        dealt with, the next one, and the last job enqueued."""
-        rows = {r.name: r for r in await (await self.store()).list_schedules()}
-        now = await (await self.store()).db_time()
+    def schedule_declarations(self) -> builtins.list[ScheduleDeclaration]:
+        """This app's schedules as a worker records them for the maintenance leader:
+        each with the job its task makes for a tick, built and checked here, where the
+        task's code is (the leader may have none)."""
+        out = []
         for name, schedule in self.schedules.items():
-            row = rows.get(name)
-            if row is None:
-                row = ScheduleRow(
+            opts = EnqueueOptions(queue=schedule.queue)
+            job = self.new_job(schedule.task, dict(schedule.args), opts)
+            stored = schedule.stored(job)
+            out.append(
+                ScheduleDeclaration(name, schedule.task, schedule.cron, schedule.timezone, stored)
+            )
+        return out
+
+    async def list_schedules(self) -> builtins.list[ScheduleRow]:
+        """Every schedule: those the database knows (declared by any worker) and this
+        app's, with the last tick dealt with, the next one, the last job enqueued, and
+        how many live workers declare it."""
+        store = await self.store()
+        rows = {r.name: r for r in await store.list_schedules()}
+        declared = await store.declared_schedules()
+        now = await store.db_time()
+        for name, schedule in self.schedules.items():
+            if name not in rows:
+                rows[name] = ScheduleRow(
                     name,
                     schedule.task,
                     schedule.cron,
@@ -1023,10 +1040,21 @@ class App:
                     None,
                     None,
                 )
-            rows[name] = dataclasses.replace(
-                row, next_tick=schedule.next_tick(max(now, row.last_tick or now))
+        out = []
+        for name in sorted(rows):
+            row = rows[name]
+            # The definition the leader fires, else (not recorded yet) this app's.
+            fired: Schedule | None = self.schedules.get(name)
+            if row.definition is not None:
+                with contextlib.suppress(ConfigError):
+                    fired = Schedule.load(name, row.definition)[0]
+            next_tick = row.next_tick
+            if fired is not None:
+                next_tick = fired.next_tick(max(now, row.last_tick or now))
+            out.append(
+                dataclasses.replace(row, next_tick=next_tick, declared_by=declared.get(name, 0))
             )
-        return [rows[n] for n in sorted(rows)]
+        return out
 
     @audited("schedule.pause", lambda a: f"schedule:{a['name']}")
     async def pause_schedule(self, name: str) -> None:
@@ -1042,13 +1070,22 @@ class App:
         store = await self.store()
         if await store.set_schedule_paused(name, paused):
             return
-        schedule = self.schedules.get(name)
-        if schedule is None:
+        if name not in self.schedules:
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
-        # Known to this app but not yet seen by a worker: record it, then set the flag.
-        now = await store.db_time()
-        await store.sync_schedule(name, schedule.task, schedule.cron, schedule.timezone, now)
+        # Known to this app but not yet recorded by a worker: record it, then set the flag.
+        mine = [d for d in self.schedule_declarations() if d.name == name]
+        await store.register_schedules(mine, await store.db_time(), None)
         await store.set_schedule_paused(name, paused)
+
+    @audited("schedule.remove", lambda a: f"schedule:{a['name']}")
+    async def remove_schedule(self, name: str) -> int:
+        """Delete a schedule's row, so the leader fires it no more; returns how many
+        live workers still declare it (each records it again when it next starts:
+        remove it from their code first)."""
+        store = await self.store()
+        if not await store.delete_schedule(name):
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        return (await store.declared_schedules()).get(name, 0)
 
 
 def _rate_audit_target(args: dict[str, Any]) -> str:

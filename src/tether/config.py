@@ -275,8 +275,11 @@ class RetentionConfig:
 
     A job goes with its events, dependency links, artifacts and cancellation records.
     Jobs in a workflow (parent, children, dependencies) with an active member are kept,
-    the whole workflow; a failed job that holds its concurrency key (see
-    ``App.configure_key``) is kept until a person retries or deletes it. Active jobs are
+    the whole workflow; so are those with a failed member younger than ``failed`` (a
+    person may retry it, and its retry reads the rest: a parent's fan-in over its
+    children), which go with it once it ages out. A failed job that holds its
+    concurrency key (see ``App.configure_key``) is kept until a person retries or deletes
+    it, and keeps its workflow meanwhile. Active jobs are
     never pruned. ``batch_size`` rows go per transaction, ``batch_pause`` seconds apart,
     so claims, heartbeats and the SQLite write lock are never held up for long.
     """

@@ -87,6 +87,10 @@ PRUNED = Counter(
 SCHEDULED = Counter(
     "tether_scheduled_jobs_total", "Jobs this process enqueued for periodic schedules."
 )
+SCHEDULE_TICKS_SKIPPED = Counter(
+    "tether_schedule_ticks_skipped_total",
+    "Schedule ticks this process skipped: more than their grace late (no scheduler ran).",
+)
 FORCE_KILLS = Counter(
     "tether_force_kills_total",
     "Handlers stopped at once (force cancel, timeout, lost lease, second stop).",

@@ -80,3 +80,33 @@ class ScheduleRow:
     # When the last job was enqueued, and which.
     last_run_at: datetime | None
     last_job_id: int | None
+    # The definition the leader fires (see Schedule.stored; None: written by an older
+    # version), and when and by which worker it was last set (the newest wins).
+    definition: str | None = None
+    defined_at: datetime | None = None
+    defined_by: str | None = None
+    # How many live workers declare it (None: not counted). A schedule no live worker
+    # declares still fires while its row is there; `tether schedule remove` deletes it.
+    declared_by: int | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleDeclaration:
+    """One schedule as a starting worker records it."""
+
+    name: str
+    task: str
+    cron: str
+    timezone: str
+    # What the leader fires it from (see Schedule.stored).
+    definition: str
+
+
+@dataclass(frozen=True)
+class ScheduleRegistration:
+    """What recording a worker's schedules did."""
+
+    # The rows whose different definition was replaced, as they were before.
+    replaced: list[ScheduleRow] = field(default_factory=list)
+    # Names whose rows someone else held locked: recorded at a later try.
+    pending: list[str] = field(default_factory=list)

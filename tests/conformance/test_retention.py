@@ -129,6 +129,55 @@ async def test_a_workflow_with_an_active_member_is_kept_whole(store: Store, db: 
         assert await store.get(job.id) is None
 
 
+async def test_a_workflow_with_a_failed_member_within_its_retention_is_kept_whole(
+    store: Store, db: Db
+) -> None:
+    # A parent whose fan-in failed, over a child that succeeded long ago: a person may
+    # retry the parent, and its retry reads the child.
+    parent = await running_job(store, max_attempts=1)
+    child = await store.spawn(parent.id, parent.lease_token, new_job(queue=fresh_queue()))
+    assert child is not None
+    await complete(store, child)
+    error = outcome(parent, JobState.FAILED, error="fan-in failed")
+    assert await store.finish("w1", [error]) == {parent.id}
+    # And a chain: d succeeded long ago, a (depending on d) failed.
+    d = await finished(store)
+    [a] = await store.enqueue([new_job(queue=fresh_queue(), depends_on=(d.id,), max_attempts=1)])
+    [claimed] = await store.claim("w1", [a.queue], [a.task], 1, 60)
+    assert await store.finish("w1", [outcome(claimed, JobState.FAILED, error="x")]) == {a.id}
+    for job in (child, d):
+        age(db, job, 30)
+    for job in (parent, a):
+        age(db, job, 3)  # failed three days ago: within failed's seven
+
+    assert (await prune(store))["jobs"] == 0
+    # An explicit age for succeeded jobs alone leaves failed ones their retention.
+    assert (await prune(store, states=["succeeded"], older_than=0.0))["jobs"] == 0
+    for job in (parent, child, a, d):
+        assert await store.get(job.id) is not None
+
+    # Once the failed members age out, their workflows go together.
+    for job in (parent, a):
+        age(db, job, 8)
+    counts = await prune(store)
+    assert counts["jobs"] == 4 and counts["dependencies"] == 1
+    for job in (parent, child, a, d):
+        assert await store.get(job.id) is None
+
+
+async def test_failed_jobs_kept_forever_keep_their_workflows(store: Store, db: Db) -> None:
+    parent = await running_job(store, max_attempts=1)
+    child = await store.spawn(parent.id, parent.lease_token, new_job(queue=fresh_queue()))
+    assert child is not None
+    await complete(store, child)
+    assert await store.finish("w1", [outcome(parent, JobState.FAILED, error="x")]) == {parent.id}
+    age(db, child, 400)
+    age(db, parent, 400)
+    report = await Pruner(store, RetentionConfig(failed=None, batch_pause=0)).prune()
+    assert report.counts["jobs"] == 0 and report.kept == 1
+    assert await store.get(child.id) is not None
+
+
 async def test_a_failed_job_holding_its_concurrency_key_is_kept(store: Store, db: Db) -> None:
     holder = await finished(
         store, JobState.FAILED, max_attempts=1, key="tenant-1", limits=("key:tenant-1",)

@@ -27,6 +27,7 @@ async def test_schedules_are_listed_and_admins_pause_and_resume_them(
     [row] = res.json()["items"]
     assert (row["name"], row["cron"], row["paused"]) == ("tick", "*/5 * * * *", False)
     assert row["next_tick"] is not None and row["last_job_id"] is None
+    assert row["declared_by"] == 0  # no worker runs: nobody declares it yet
 
     denied = await authed.post("alice", "/api/schedules/tick/pause")
     assert denied.status_code == 403

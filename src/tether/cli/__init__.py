@@ -91,11 +91,12 @@ _GROUPS: dict[str, tuple[str, dict[str, Callable[..., Any]]]] = {
         {"create": tokens.token_create, "list": tokens.token_list, "revoke": tokens.token_revoke},
     ),
     "schedule": (
-        "Periodic schedules: list, pause and resume.",
+        "Periodic schedules: list, pause, resume and remove.",
         {
             "list": schedules.schedule_list,
             "pause": schedules.schedule_pause,
             "resume": schedules.schedule_resume,
+            "remove": schedules.schedule_remove,
         },
     ),
 }

@@ -61,7 +61,8 @@ def prune(
     Without options this applies the app's retention (succeeded 1 day, failed and
     cancelled 7 days, audit 90 days, stopped and dead workers 7 days), as the workers'
     maintenance leader does every minute. A job goes with its events, dependency links,
-    artifacts and cancellation records; jobs in a workflow with an active member stay.
+    artifacts and cancellation records; jobs in a workflow with an active member, or
+    with a failed member not yet old enough to prune (it may be retried), stay.
     """
     age = parse_age(older_than) if older_than is not None else None
     app = open_app(database, app_ref)

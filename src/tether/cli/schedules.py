@@ -1,4 +1,4 @@
-"""Periodic schedules: ``tether schedule list``, ``schedule pause`` and ``schedule resume``."""
+"""Periodic schedules: ``tether schedule list``, ``pause``, ``resume`` and ``remove``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ ScheduleArg = Annotated[str, typer.Argument(help="The schedule's name (see `sche
 def schedule_list(
     database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """List schedules with their next tick, the last tick dealt with and the last job.
+    """List schedules with their next tick, the last tick dealt with, the last job, and
+    how many live workers declare each (the leader fires every schedule listed, declared
+    or not; `schedule remove` deletes one that no worker declares any more).
 
     With --app, the app's schedules are listed even before a worker has seen them.
     """
@@ -47,6 +49,7 @@ def schedule_list(
                 "last tick",
                 "last run",
                 "last job",
+                "declared by",
             )
         ],
         lambda r: (
@@ -58,6 +61,7 @@ def schedule_list(
             stamp(r.last_tick),
             stamp(r.last_run_at),
             str(r.last_job_id) if r.last_job_id is not None else "-",
+            _declared(r.declared_by),
         ),
         as_json=as_json,
         empty="no schedules (declare them with @app.periodic(cron=...))",
@@ -86,3 +90,30 @@ def schedule_resume(
     app = open_app(database, app_ref)
     run(app, app.resume_schedule(name))
     out.print(f"[green]✓[/] schedule {escape(name)} resumed")
+
+
+def _declared(workers: int | None) -> Text:
+    if not workers:
+        return Text("no live worker", style="yellow")
+    return Text(f"{workers} worker{'s' if workers > 1 else ''}")
+
+
+@friendly
+def schedule_remove(
+    name: ScheduleArg,
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+) -> None:
+    """Delete a schedule: the maintenance leader fires it no more.
+
+    A worker whose app still declares it records it again when it starts, so remove it
+    from the code first.
+    """
+    app = open_app(database, app_ref)
+    still = run(app, app.remove_schedule(name))
+    out.print(f"[green]✓[/] schedule {escape(name)} removed")
+    if still:
+        out.print(
+            f"[yellow]![/] {still} live worker(s) still declare it: it comes back when one "
+            "of them restarts; remove it from their code"
+        )

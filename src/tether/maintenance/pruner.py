@@ -80,9 +80,14 @@ class Pruner(Service):
             ages = {s: older_than if older_than is not None else ages.get(s) for s in states}
         elif older_than is not None:
             ages = dict.fromkeys(ages, older_than)
+        # A failed job is retried by a person, and its next attempt may read the rest of
+        # its workflow (a fan-in over its children): while it is not prunable itself,
+        # its workflow stays whole. It becomes prunable at the age this call prunes
+        # failed jobs at (the configured retention when the call leaves them alone).
+        failed_age = ages["failed"] if ages.get("failed") is not None else ret.failed
         for state, age in ages.items():
             if age is not None:
-                await self._jobs(state, age, report, progress)
+                await self._jobs(state, age, failed_age, report, progress)
         if states is None:
             for kind, age in (("audit", ret.audit), ("workers", ret.workers)):
                 if age is not None:
@@ -90,12 +95,22 @@ class Pruner(Service):
         return report
 
     async def _jobs(
-        self, state: str, age: float, report: PruneReport, progress: Progress | None
+        self,
+        state: str,
+        age: float,
+        failed_age: float | None,
+        report: PruneReport,
+        progress: Progress | None,
     ) -> None:
         cursor: tuple[object, int] | None = None
         while True:
             batch = await self.store.prune_jobs(
-                state, age, self.retention.batch_size, cursor, report.dry_run
+                state,
+                age,
+                self.retention.batch_size,
+                cursor,
+                report.dry_run,
+                failed_age=failed_age,
             )
             self._count(batch.counts, report)
             report.kept += batch.kept

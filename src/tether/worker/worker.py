@@ -110,12 +110,14 @@ class Worker:
             self.config.queues,
             self.concurrency,
             tasks=self.task_names,
+            schedules=sorted(self.app.schedules),
         )
         self.claimer = Claimer(self)
         self.heartbeater = Heartbeater(self)
         self.completer = Completer(self._store, self.id)
-        # Rescue, the cancellation follow-up, pruning and schedules run on one
-        # maintenance leader at a time.
+        # Rescue, the cancellation follow-up, pruning and firing schedules run on one
+        # maintenance leader at a time. Recording the app's schedules is every
+        # worker's: the scheduler's first round does it, leader or not.
         maintenance = self.app.config.maintenance
         self.leader = LeaderElection(
             self._store,
@@ -150,6 +152,7 @@ class Worker:
             self._store,
             interval=maintenance.schedule_interval,
             leader=self.leader,
+            holder=self.id,
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
         )

@@ -97,6 +97,7 @@ class MaintenanceSql(SqlBase):
         limit: int,
         after: tuple[object, int] | None,
         dry_run: bool,
+        failed_age: float | None = None,
     ) -> PruneBatch:
         q = self.sql.maintenance
         params: dict[str, Any] = {"state": state, "age": older_than, "limit": limit}
@@ -115,7 +116,8 @@ class MaintenanceSql(SqlBase):
             linked = [r["id"] for r in rows if r["linked"]]
             kept: set[int] = set()
             if linked:
-                kept = {int(r["id"]) for r in await tx.all(q.IN_LIVE_WORKFLOW, {"ids": linked})}
+                keep = {"ids": linked, "failed_age": failed_age}
+                kept = {int(r["id"]) for r in await tx.all(q.IN_LIVE_WORKFLOW, keep)}
             doomed = {"ids": [i for i in ids if i not in kept]}
             counts = {}
             for kind, table, where in q.PRUNE_TABLES:

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tether.ops import ScheduleRow
+from tether.ops import ScheduleDeclaration, ScheduleRegistration, ScheduleRow
 from tether.store.common.base import SqlBase
 from tether.store.driver import Row, Tx
 
@@ -44,25 +45,47 @@ class SchedulesSql(SqlBase):
             next_tick=self._time(row["next_tick"]),
             last_run_at=self._time(row["last_run_at"]),
             last_job_id=row["last_job_id"],
+            definition=row["definition"],
+            defined_at=self._time(row["defined_at"]),
+            defined_by=row["defined_by"],
         )
 
-    async def sync_schedule(
-        self, name: str, task: str, cron: str, timezone: str, start: datetime
-    ) -> ScheduleRow:
-        params = {
-            "name": name,
-            "task": task,
-            "cron": cron,
-            "timezone": timezone,
-            "start": self._time_param(start),
-        }
+    async def register_schedules(
+        self, schedules: Sequence[ScheduleDeclaration], start: datetime, holder: str | None
+    ) -> ScheduleRegistration:
+        q = self.sql.schedules
+        wanted = {s.name: s for s in schedules}
 
-        async def body(tx: Tx) -> ScheduleRow:
-            row = await tx.one(self.sql.schedules.SYNC_SCHEDULE, params)
-            assert row is not None
-            return self._schedule(row)
+        async def body(tx: Tx) -> ScheduleRegistration:
+            # The existing rows, locked, except those someone else holds (PostgreSQL
+            # skips them: they are pending, tried again at the next round).
+            held = {
+                r["name"]: self._schedule(r)
+                for r in await tx.all(q.LOCK_SCHEDULES, {"names": list(wanted)})
+            }
+            out = ScheduleRegistration()
+            for name, s in wanted.items():
+                params: dict[str, Any] = {
+                    "name": name,
+                    "task": s.task,
+                    "cron": s.cron,
+                    "timezone": s.timezone,
+                    "definition": s.definition,
+                    "holder": holder,
+                }
+                old = held.get(name)
+                if old is None:
+                    params["start"] = self._time_param(start)
+                    # Never waits on a row: DO NOTHING when it exists (held by someone).
+                    if await tx.one(q.INSERT_SCHEDULE, params) is None:
+                        out.pending.append(name)
+                elif old.definition != s.definition:
+                    await tx.run(q.REDEFINE_SCHEDULE, params)
+                    if old.definition is not None:
+                        out.replaced.append(old)
+            return out
 
-        return await self._change(body)
+        return await self._transact(body)
 
     async def advance_schedule(
         self, name: str, tick: datetime, next_tick: datetime | None, job_id: int | None
@@ -84,6 +107,23 @@ class SchedulesSql(SqlBase):
             return [self._schedule(r) for r in await tx.all(self.sql.schedules.LIST_SCHEDULES)]
 
         return await self._query(body)
+
+    async def declared_schedules(self) -> dict[str, int]:
+        async def body(tx: Tx) -> dict[str, int]:
+            rows = await tx.all(self.sql.schedules.DECLARED_SCHEDULES)
+            return {r["name"]: int(r["workers"]) for r in rows}
+
+        return await self._query(body)
+
+    async def delete_schedule(self, name: str) -> bool:
+        q = self.sql.schedules
+
+        async def body(tx: Tx) -> bool:
+            if q.DELETE_LOCK_TIMEOUT is not None:
+                await tx.run(q.DELETE_LOCK_TIMEOUT)
+            return await tx.run(q.DELETE_SCHEDULE, {"name": name}) > 0
+
+        return await self._transact(body)
 
     async def set_schedule_paused(self, name: str, paused: bool) -> bool:
         async def body(tx: Tx) -> bool:

@@ -37,6 +37,7 @@ class WorkersSql(SqlBase):
         concurrency: int,
         space: PidSpace | None = None,
         tasks: Sequence[str] | None = None,
+        schedules: Sequence[str] | None = None,
     ) -> None:
         space = pid_space() if space is None else space
         await self._worker_session(worker_id)
@@ -52,6 +53,7 @@ class WorkersSql(SqlBase):
             "queues": ",".join(queues),
             "concurrency": concurrency,
             "tasks": json.dumps(sorted(tasks)) if tasks is not None else None,
+            "schedules": json.dumps(sorted(schedules)) if schedules is not None else None,
         }
 
         async def body(tx: Tx) -> None:

@@ -42,12 +42,16 @@ class MaintenanceStore(Protocol):
         limit: int,
         after: tuple[object, int] | None,
         dry_run: bool,
+        failed_age: float | None = None,
     ) -> PruneBatch:
         """Delete (or with ``dry_run`` count) up to ``limit`` jobs in the final ``state``
         that finished more than ``older_than`` seconds ago, oldest first, after the
         ``after`` cursor of the previous batch, with their events, dependency links,
-        artifacts and cancellation records. Jobs whose workflow has an active member
-        are kept, and so is a failed job that holds its concurrency key."""
+        artifacts and cancellation records. A failed job that holds its concurrency key
+        is kept. So is every job of a workflow (the jobs connected through parents,
+        children and dependencies) with a member that keeps it: an active one, or a
+        failed one that finished less than ``failed_age`` seconds ago (with ``None``,
+        any failed one) or holds its concurrency key, since a person may retry it."""
 
     async def prune_rows(self, kind: str, older_than: float, limit: int, dry_run: bool) -> int:
         """Delete (or count) up to ``limit`` rows of ``kind`` older than ``older_than``

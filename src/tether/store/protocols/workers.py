@@ -25,9 +25,11 @@ class WorkerStore(Protocol):
         concurrency: int,
         space: PidSpace | None = None,
         tasks: Sequence[str] | None = None,
+        schedules: Sequence[str] | None = None,
     ) -> None:
-        """Record a worker incarnation as active, with the queues and tasks it serves;
-        ``pid`` belongs to ``space`` (by default this process's)."""
+        """Record a worker incarnation as active, with the queues and tasks it serves
+        and the names of the schedules its app declares; ``pid`` belongs to ``space``
+        (by default this process's)."""
 
     async def set_worker_state(self, worker_id: str, state: str) -> None:
         """Move a worker to ``active``, ``draining``, ``stopped`` or ``dead``."""

@@ -32,6 +32,9 @@ class ScheduleOut(BaseModel):
     last_tick: datetime | None
     last_run_at: datetime | None
     last_job_id: int | None
+    # How many live workers declare it; 0: none does, and it fires until removed
+    # (`tether schedule remove`).
+    declared_by: int | None = None
 
     @classmethod
     def of(cls, row: ScheduleRow) -> ScheduleOut:
@@ -46,6 +49,7 @@ class ScheduleOut(BaseModel):
             last_tick=row.last_tick,
             last_run_at=row.last_run_at,
             last_job_id=row.last_job_id,
+            declared_by=row.declared_by,
         )
 
 

@@ -97,15 +97,17 @@ RESIGN = "DELETE FROM tether_leaders WHERE name = %(name)s AND holder = %(holder
 
 # -- retention --------------------------------------------------------------------------
 
-_PRUNE_PICK = """
+# A failed job (the row j) that holds its concurrency key: it stays until a person acts.
+_HOLDS_KEY = """(j.limits IS NOT NULL AND EXISTS (
+      SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits) AND l.kind = 'key'
+      AND l.block_on_hold))"""
+
+_PRUNE_PICK = f"""
 SELECT id, finished_at, parent_id IS NOT NULL OR has_children OR has_dependents
        OR EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = j.id) AS linked
 FROM tether_jobs j
 WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
-  -- A failed job that holds its concurrency key stays until a person acts.
-  AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS (
-      SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits) AND l.kind = 'key'
-      AND l.block_on_hold))
+  AND NOT (state = 'failed' AND {_HOLDS_KEY})
 """
 PRUNE_PICK = _PRUNE_PICK + "ORDER BY state, finished_at, id LIMIT %(limit)s"
 PRUNE_PICK_AFTER = (
@@ -141,16 +143,22 @@ CROSS JOIN LATERAL (
 ) AS x
 """
 
-# Those of the ids whose workflow has an active member. Two walks: everything connected
-# to the ids, then everything connected to the active jobs found there. Each costs the
-# size of the workflows touched, not of the table.
+# Those of the ids whose workflow has a member that keeps it: an active one, or a failed
+# one that is not prunable itself (younger than %(failed_age)s seconds, any age when it
+# is NULL, or holding its concurrency key), for a person may retry it and its next
+# attempt reads the others (a fan-in over children). Two walks: everything connected to
+# the ids, then everything connected to the keepers found there. Each costs the size of
+# the workflows touched, not of the table.
 IN_LIVE_WORKFLOW = f"""
 WITH RECURSIVE reach(id) AS (
     SELECT unnest(%(ids)s::bigint[])
     UNION SELECT x.id FROM reach r {_NEIGHBOURS}
 ), live(id) AS (
     SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach)
-        AND j.state IN ({LIVE_SQL})
+        AND (j.state IN ({LIVE_SQL}) OR (j.state = 'failed' AND (
+            %(failed_age)s::float8 IS NULL
+            OR j.finished_at >= now() - make_interval(secs => %(failed_age)s::float8)
+            OR {_HOLDS_KEY})))
     UNION SELECT x.id FROM live r {_NEIGHBOURS}
 )
 SELECT id FROM live WHERE id = ANY(%(ids)s::bigint[])

@@ -4,9 +4,10 @@
 # PostgresStore._worker_session).
 REGISTER_WORKER = (
     "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
-    "machine_id, backend_pid, queues, concurrency, state, tasks) "
+    "machine_id, backend_pid, queues, concurrency, state, tasks, schedules) "
     "VALUES (%(id)s, %(name)s, %(host)s, %(pid)s, %(pid_start)s, %(boot_id)s, %(pid_ns)s, "
-    "%(machine_id)s, %(backend_pid)s, %(queues)s, %(concurrency)s, 'active', %(tasks)s)"
+    "%(machine_id)s, %(backend_pid)s, %(queues)s, %(concurrency)s, 'active', %(tasks)s, "
+    "%(schedules)s)"
 )
 SET_WORKER_STATE = (
     "UPDATE tether_workers SET state = %(state)s, heartbeat_at = now() WHERE id = %(id)s"

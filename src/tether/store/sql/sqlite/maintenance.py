@@ -78,11 +78,14 @@ _PRUNE_PICK = (
     "WHERE d.job_id = tether_jobs.id) AS linked FROM tether_jobs "
     f"WHERE state = :state AND finished_at < {NOW} - :age "
 )
+
+# A failed job (the row {j}) that holds its concurrency key: it stays until a person acts.
+_HOLDS_KEY = (
+    "({j}.limits IS NOT NULL AND EXISTS (SELECT 1 FROM json_each({j}.limits) e "
+    "JOIN tether_limits l ON l.name = e.value WHERE l.kind = 'key' AND l.block_on_hold))"
+)
 _PRUNE_ORDER = (
-    # A failed job that holds its concurrency key stays until a person acts.
-    "AND NOT (state = 'failed' AND limits IS NOT NULL AND EXISTS ("
-    "SELECT 1 FROM json_each(tether_jobs.limits) e JOIN tether_limits l "
-    "ON l.name = e.value WHERE l.kind = 'key' AND l.block_on_hold)) "
+    f"AND NOT (state = 'failed' AND {_HOLDS_KEY.format(j='tether_jobs')}) "
     "ORDER BY state, finished_at, id LIMIT :limit"
 )
 PRUNE_PICK = _PRUNE_PICK + _PRUNE_ORDER
@@ -113,15 +116,20 @@ _REACH = """
     UNION SELECT d.job_id FROM tether_dependencies d JOIN {cte} r ON d.depends_on = r.id
 """
 
-# Those of the ids whose workflow (the jobs connected to them) has an active member.
-# Two walks: first everything connected to the ids, then, from the active jobs found
-# there, everything connected to those: the ids reached last are kept. Each walk costs
-# the size of the workflows touched, not of the table.
+# Those of the ids whose workflow (the jobs connected to them) has a member that keeps
+# it: an active one, or a failed one that is not prunable itself (younger than
+# :failed_age seconds, any age when it is NULL, or holding its concurrency key), for a
+# person may retry it and its next attempt reads the others (a fan-in over children).
+# Two walks: first everything connected to the ids, then, from the keepers found there,
+# everything connected to those: the ids reached last are kept. Each walk costs the
+# size of the workflows touched, not of the table.
 IN_LIVE_WORKFLOW = (
     f"WITH RECURSIVE reach(id) AS (SELECT value FROM json_each(:ids) "
     f"{_REACH.format(cte='reach')}"
     f"), live(id) AS (SELECT j.id FROM tether_jobs j WHERE j.id IN (SELECT id FROM reach) "
-    f"AND j.state IN ({LIVE_SQL}) {_REACH.format(cte='live')}) "
+    f"AND (j.state IN ({LIVE_SQL}) OR (j.state = 'failed' AND (:failed_age IS NULL "
+    f"OR j.finished_at >= {NOW} - :failed_age OR {_HOLDS_KEY.format(j='j')}))) "
+    f"{_REACH.format(cte='live')}) "
     "SELECT value AS id FROM json_each(:ids) WHERE value IN (SELECT id FROM live)"
 )
 

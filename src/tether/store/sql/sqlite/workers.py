@@ -5,9 +5,9 @@ from tether.store.sql.sqlite.fragments import NOW
 # No backend_pid: a worker's liveness on SQLite is its process (and its heartbeats).
 REGISTER_WORKER = (
     "INSERT INTO tether_workers (id, name, host, pid, pid_start, boot_id, pid_ns, "
-    "machine_id, queues, concurrency, started_at, heartbeat_at, state, tasks) "
+    "machine_id, queues, concurrency, started_at, heartbeat_at, state, tasks, schedules) "
     "VALUES (:id, :name, :host, :pid, :pid_start, :boot_id, :pid_ns, :machine_id, :queues, "
-    f":concurrency, {NOW}, {NOW}, 'active', :tasks)"
+    f":concurrency, {NOW}, {NOW}, 'active', :tasks, :schedules)"
 )
 SET_WORKER_STATE = f"UPDATE tether_workers SET state = :state, heartbeat_at = {NOW} WHERE id = :id"
 SET_WORKER_THREADS = (
