@@ -147,9 +147,7 @@ def check(
         "id, task, state, attempt, max_attempts, lease_token, {leased}, parent_id, "
         "waiting_children, idempotency_key"
     )
-    live = db.query(
-        f"SELECT {cols.format(leased='lease_expires_at IS NOT NULL')} FROM tether_jobs"
-    )
+    live = db.query(f"SELECT {cols.format(leased='lease_expires_at IS NOT NULL')} FROM tether_jobs")
     gone = db.query(f"SELECT {cols.format(leased='leased')} FROM fault_gone_jobs")
     jobs: dict[int, dict[str, Any]] = {}
     for pruned, rows in ((True, gone), (False, live)):
@@ -347,8 +345,10 @@ def check(
                 f"all ended ({dict(collections.Counter(jobs[k]['state'] for k in kids))})"
             )
         ups = upstream.get(job_id, [])
-        if not job["waiting_children"] and ups and all(
-            jobs.get(d, {}).get("state") == "succeeded" for d in ups
+        if (
+            not job["waiting_children"]
+            and ups
+            and all(jobs.get(d, {}).get("state") == "succeeded" for d in ups)
         ):
             stuck_dependents += 1
             v.fail(f"inv8: job {job_id} is blocked though its dependencies {ups} succeeded")
@@ -463,3 +463,18 @@ def rate_overruns(starts: list[float], per_second: float, burst: int) -> list[tu
             if count > burst + per_second * span + 1:
                 out.append((count, span))
     return out
+
+
+def all_events(db: Db) -> list[dict[str, Any]]:
+    """:meth:`Db.events` of every job, the pruned ones' included, oldest first."""
+    at = "at" if db.sqlite else "extract(epoch FROM at)"
+    cols = "id, job_id, from_state, to_state, {at}, worker_id, actor, reason"
+    rows = db.query(
+        f"SELECT {cols.format(at=at)} FROM tether_job_events UNION ALL "
+        f"SELECT {cols.format(at='at')} FROM fault_gone_events"
+    )
+    keys = ("job", "src", "dst", "at", "worker", "actor", "reason")
+    return [
+        dict(zip(keys, (int(r[1]), r[2], r[3], float(r[4]), r[5], r[6], r[7]), strict=True))
+        for r in sorted(rows, key=lambda r: int(r[0]))
+    ]

@@ -242,7 +242,8 @@ def build_app(url: str) -> App:
             kids = await ctx.children()
             ok = sum(1 for k in kids if k.state is JobState.SUCCEEDED)
             record(ev="fanin", job=ctx.id, token=ctx.job.lease_token, seen=len(kids), ok=ok)
-            if fail_fanin and not os.path.exists(retried_marker(ctx.id)):
+            retried = await asyncio.to_thread(os.path.exists, retried_marker(ctx.id))
+            if fail_fanin and not retried:
                 raise tether.Fail("the fan-in fails on purpose")
             return ok
 

@@ -86,3 +86,22 @@ async def test_rescue_of_a_killed_worker_passes_the_check(
     verdict = check(Db(db_url), run_dir, history, must_succeed=history.acked())
     assert verdict.violations == []
     assert (verdict.figures["overlaps"], verdict.figures["live_rescues"]) == (0, 0)
+
+
+def test_a_bucket_overrun_is_seen_and_a_paced_drain_is_not() -> None:
+    from tests.faults.checker import rate_overruns
+
+    paced = [i / 5 for i in range(30)]  # 5/s exactly
+    assert rate_overruns(paced, 5.0, 5) == []
+    burst_then_paced = [0.0] * 5 + [1 + i / 5 for i in range(10)]
+    assert rate_overruns(burst_then_paced, 5.0, 5) == []
+    twice = [0.0] * 5 + [0.005] * 5  # ten within 5 ms under 5/s, burst 5
+    assert max(count for count, _ in rate_overruns(twice, 5.0, 5)) == 10
+
+
+def test_missing_ticks_names_the_gap() -> None:
+    from tests.faults.checker import missing_ticks
+
+    ticks = [100.0, 101.0, 102.0, 105.0, 106.0]
+    assert missing_ticks(ticks, 100.0, 106.0) == [103.0, 104.0]
+    assert missing_ticks(ticks, 100.0, 102.5) == []

@@ -32,7 +32,7 @@ import psycopg
 import pytest
 
 from tests.faults import effects
-from tests.faults.checker import missing_ticks, rate_overruns, schedule_ticks
+from tests.faults.checker import all_events, missing_ticks, rate_overruns, schedule_ticks
 from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.faultapp import retried_marker
 from tests.faults.harness import wait_all_done, wait_for
@@ -192,8 +192,10 @@ async def mixed(s: Scenario, seed: int) -> None:
             if elapsed >= at:
                 del faults[at]
                 leader = leader_name(s)
-                victim = leader if which == "leader" else rng.choice(
-                    [n for n in s.cluster.alive() if n != leader] or [None]
+                victim = (
+                    leader
+                    if which == "leader"
+                    else rng.choice([n for n in s.cluster.alive() if n != leader] or [None])
                 )
                 if victim is not None:
                     held = s.db.running_of_worker(s.cluster.worker_id(victim))
@@ -208,7 +210,7 @@ async def mixed(s: Scenario, seed: int) -> None:
     await wait_for(lambda: set(s.db.states(load.failing).values()) <= {"failed"}, 60)
     await asyncio.sleep(RETENTION["succeeded"] + 2 * RETENTION["interval"] + 1)
     for job in load.failing:
-        Path(retried_marker(job, s.run_dir)).touch()
+        await asyncio.to_thread(Path(retried_marker(job, s.run_dir)).touch)
         await s.app.retry(job)
     s.history.add("retried", ids=load.failing)
     paused_at = time.time()
@@ -226,14 +228,7 @@ async def mixed(s: Scenario, seed: int) -> None:
     window = (max((t[0] for t in ticks.values()), default=paused_at), paused_at - 2.0)
     gaps = {name: missing_ticks(ticks.get(name, []), *window) for name in KINDS.values()}
     paced_ids = {i for op in s.history.of("enqueued") if op["task"] == "paced" for i in op["ids"]}
-    paced = [e["at"] for e in s.db.events(list(paced_ids)) if e["dst"] == "running"]
-    paced += [
-        float(r[0])
-        for r in s.db.query(
-            "SELECT at FROM fault_gone_events WHERE to_state = 'running' AND job_id IN "
-            f"({','.join(map(str, paced_ids)) or '0'})"
-        )
-    ]
+    paced = [e["at"] for e in all_events(s.db) if e["dst"] == "running" and e["job"] in paced_ids]
     overruns = rate_overruns(paced, RATE, BURST)
     worst = max(overruns, key=lambda o: o[0] - RATE * o[1], default=None)
     s.figures = {
@@ -270,14 +265,11 @@ async def mixed(s: Scenario, seed: int) -> None:
             )
     if overruns:
         problems.append(
-            f"rate limit {RATE:g}/s burst {BURST}: {len(overruns)} windows overran, "
-            f"worst {worst}"
+            f"rate limit {RATE:g}/s burst {BURST}: {len(overruns)} windows overran, worst {worst}"
         )
     if any(c != 0 for c in codes.values()):
         problems.append(f"workers did not stop cleanly: {codes}")
-    assert not problems, f"{len(problems)} problem(s) in {s.run_dir}:\n" + "\n".join(
-        problems[:40]
-    )
+    assert not problems, f"{len(problems)} problem(s) in {s.run_dir}:\n" + "\n".join(problems[:40])
 
 
 async def test_mixed_workload(scenario: MakeScenario) -> None:
