@@ -225,7 +225,9 @@ async def mixed(s: Scenario, seed: int) -> None:
 
     verdict = s.check(must_succeed=s.history.acked())
     ticks = schedule_ticks(s.db)
-    window = (max((t[0] for t in ticks.values()), default=paused_at), paused_at - 2.0)
+    # From shortly after the first tick of any schedule (one job per tick, whoever leads
+    # and whichever worker declared it) until shortly before the pause.
+    window = (min((t[0] for t in ticks.values()), default=paused_at) + 2.0, paused_at - 2.0)
     gaps = {name: missing_ticks(ticks.get(name, []), *window) for name in KINDS.values()}
     paced_ids = {i for op in s.history.of("enqueued") if op["task"] == "paced" for i in op["ids"]}
     paced = [e["at"] for e in all_events(s.db) if e["dst"] == "running" and e["job"] in paced_ids]
