@@ -18,6 +18,9 @@
    dependency's successful attempt, a parent's later phase starts after its children's
    last attempts ended, and a parent's fan-in sees every child it spawned (a pruner that
    deleted a workflow's children before the workflow ended shows here).
+10. A rate limit's bucket clock never moves back (``fault_bucket_steps``): a claim that
+    stamped ``refilled_at`` earlier than the refill before it credits that interval a
+    second time, and more jobs start than the bucket allows.
 
 Jobs the pruner deleted are checked too: the fault schema keeps every deleted job, event
 and dependency link (:mod:`tests.faults.effects`), so a job deleted before it ended
@@ -392,6 +395,17 @@ def check(
         if seen != made:
             v.fail(f"inv9: parent {job_id}'s fan-in saw {seen} of the {made} children it spawned")
 
+    # 10. a rate bucket's clock never moves back
+    steps = db.query("SELECT bucket, old_at, new_at, tokens FROM fault_bucket_steps")
+    for bucket, old_at, new_at, tokens in steps[:10]:
+        v.fail(
+            f"inv10: bucket {bucket}'s clock moved back {float(old_at) - float(new_at):.3f}s "
+            f"(refilled_at {float(old_at):.3f} -> {float(new_at):.3f}, {float(tokens):.2f} "
+            "tokens left): that interval is credited twice"
+        )
+    if len(steps) > 10:
+        v.fail(f"inv10: ... and {len(steps) - 10} more steps back of a bucket's clock")
+
     # Leases lost by workers the test did not kill (scenarios decide what may lose one).
     for row in execs:
         if row["ev"] == "stop" and row.get("why") == "lease_lost":
@@ -419,6 +433,7 @@ def check(
         stuck_parents=stuck_parents,
         stuck_dependents=stuck_dependents,
         out_of_order=out_of_order,
+        bucket_steps_back=len(steps),
         lease_losses=len(v.lease_losses),
         violations=len(v.violations),
     )

@@ -200,7 +200,7 @@ def render_report(profile: str) -> str:
         f"# Fault-injection report ({profile} profile)",
         "",
         f"Run on {time.strftime('%Y-%m-%d %H:%M')} on this 2-core machine; times in seconds. "
-        "Every scenario ends with the invariant check (0 violations = all nine hold).",
+        "Every scenario ends with the invariant check (0 violations = all ten hold).",
         "",
         "| scenario | result | time | figures |",
         "|---|---|---|---|",

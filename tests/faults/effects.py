@@ -12,7 +12,9 @@ file's write lock for the same purpose.
 The schema also keeps what the pruner (or anything else) deletes: triggers copy every
 deleted job, event and dependency link into ``fault_gone_*``, so the invariants are
 checked over every job a scenario made, pruned or not, and a job deleted before it
-ended shows as one.
+ended shows as one. And it notes every step back of a rate bucket's clock
+(``fault_bucket_steps``): a bucket whose ``refilled_at`` moves back credits the same
+interval twice.
 """
 
 from __future__ import annotations
@@ -92,6 +94,23 @@ CREATE OR REPLACE TRIGGER fault_keep_event AFTER DELETE ON tether_job_events
     FOR EACH ROW EXECUTE FUNCTION fault_keep_event();
 CREATE OR REPLACE TRIGGER fault_keep_dep AFTER DELETE ON tether_dependencies
     FOR EACH ROW EXECUTE FUNCTION fault_keep_dep();
+CREATE TABLE IF NOT EXISTS fault_bucket_steps (
+    bucket  TEXT NOT NULL,
+    old_at  DOUBLE PRECISION NOT NULL,
+    new_at  DOUBLE PRECISION NOT NULL,
+    tokens  DOUBLE PRECISION NOT NULL,
+    at      DOUBLE PRECISION NOT NULL
+);
+CREATE OR REPLACE FUNCTION fault_bucket_step() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fault_bucket_steps VALUES (NEW.id, extract(epoch FROM OLD.refilled_at),
+        extract(epoch FROM NEW.refilled_at), NEW.tokens, extract(epoch FROM clock_timestamp()));
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER fault_bucket_step AFTER UPDATE ON tether_rate_limits
+    FOR EACH ROW WHEN (NEW.refilled_at < OLD.refilled_at
+                       AND NEW.per_second = OLD.per_second AND NEW.burst = OLD.burst)
+    EXECUTE FUNCTION fault_bucket_step();
 """
 
 SQLITE_SCHEMA = """
@@ -149,6 +168,19 @@ CREATE TRIGGER IF NOT EXISTS fault_keep_event AFTER DELETE ON tether_job_events 
 END;
 CREATE TRIGGER IF NOT EXISTS fault_keep_dep AFTER DELETE ON tether_dependencies BEGIN
     INSERT INTO fault_gone_deps VALUES (OLD.job_id, OLD.depends_on);
+END;
+CREATE TABLE IF NOT EXISTS fault_bucket_steps (
+    bucket  TEXT NOT NULL,
+    old_at  REAL NOT NULL,
+    new_at  REAL NOT NULL,
+    tokens  REAL NOT NULL,
+    at      REAL NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS fault_bucket_step AFTER UPDATE ON tether_rate_limits
+WHEN NEW.refilled_at < OLD.refilled_at AND NEW.per_second = OLD.per_second
+     AND NEW.burst = OLD.burst BEGIN
+    INSERT INTO fault_bucket_steps VALUES (NEW.id, OLD.refilled_at, NEW.refilled_at,
+        NEW.tokens, (julianday('now') - 2440587.5) * 86400.0);
 END;
 """
 

@@ -158,3 +158,19 @@ async def test_a_dependent_left_blocked_after_its_dependencies_succeeded_fails_t
     verdict = check(db, tmp_path, history)
     assert verdict.figures["stuck_dependents"] == 1
     assert any(v.startswith(f"inv8: job {waiting.id} is blocked") for v in verdict.violations)
+
+
+async def test_a_rate_bucket_whose_clock_moves_back_fails_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "exec").mkdir()
+    db = Db(db_url)
+    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    await store.set_rate_limit("task", "t", 5.0, 5)
+    history = History(tmp_path / "history.jsonl")
+    assert check(db, tmp_path, history).figures["bucket_steps_back"] == 0
+    back = "refilled_at - 1" if db.sqlite else "refilled_at - interval '1 second'"
+    db.execute_script(f"UPDATE tether_rate_limits SET refilled_at = {back}")
+    verdict = check(db, tmp_path, history)
+    assert verdict.figures["bucket_steps_back"] == 1
+    assert [v for v in verdict.violations if v.startswith("inv10")], verdict.violations

@@ -321,6 +321,7 @@ async def foreign_locks(s: Scenario, seed: int) -> None:
         "lease_losses": len(verdict.lease_losses),
         "paced_claims": len(paced),
         "rate_overruns": len(overruns),
+        "bucket_steps_back": verdict.figures["bucket_steps_back"],
         "worst_overrun": f"{worst[0]} in {worst[1]:.3f}s" if worst else None,
         "ticks": len(ticks),
         "missed_ticks": len(missed),

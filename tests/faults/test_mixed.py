@@ -250,6 +250,7 @@ async def mixed(s: Scenario, seed: int) -> None:
         **{f"missed_{n}": len(g) for n, g in gaps.items()},
         "paced_claims": len(paced),
         "rate_overruns": len(overruns),
+        "bucket_steps_back": verdict.figures["bucket_steps_back"],
         "worst_overrun": f"{worst[0]} in {worst[1]:.3f}s" if worst else None,
         "lease_losses": verdict.figures["lease_losses"],
         "overlaps": verdict.figures["overlaps"],
