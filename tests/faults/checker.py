@@ -11,6 +11,21 @@
    worker while its attempt still runs there. (Computed from the execution log and the
    history of signals; see :func:`attempts`.) This holds even when every job ends
    ``succeeded``.
+8. Nothing waits on what has already happened: no parent stays ``blocked`` waiting for
+   its children once they have all ended, and no dependent stays ``blocked`` once its
+   dependencies have all succeeded.
+9. Workflows run in order: a dependent's first start comes after the end of each
+   dependency's successful attempt, a parent's later phase starts after its children's
+   last attempts ended, and a parent's fan-in sees every child it spawned (a pruner that
+   deleted a workflow's children before the workflow ended shows here).
+10. A rate limit's bucket clock never moves back (``fault_bucket_steps``): a claim that
+    stamped ``refilled_at`` earlier than the refill before it credits that interval a
+    second time, and more jobs start than the bucket allows.
+
+Jobs the pruner deleted are checked too: the fault schema keeps every deleted job, event
+and dependency link (:mod:`tests.faults.effects`), so a job deleted before it ended
+fails invariant 1. A person's retry (``failed`` to ``queued``) is the one move out of a
+terminal state; the terminal states are counted from the last retry on.
 """
 
 from __future__ import annotations
@@ -18,13 +33,15 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tests.faults.harness import Db, History, read_exec_log
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
-EFFECT_TASKS = {"work", "long"}
+EFFECT_TASKS = {"work", "long", "paced", "pooled"}
+RETRIED = "retried by a person"
 
 
 @dataclass(frozen=True)
@@ -93,10 +110,23 @@ def attempts(execs: list[dict[str, Any]], procs: dict[str, ProcFate]) -> list[At
     return out
 
 
+@dataclass(frozen=True)
+class LeaseLoss:
+    """A job that lost its lease without its worker being killed: a ``lease_lost`` stop
+    in the execution log (the worker noticed, or fenced itself), or a rescue from a
+    process the test did not kill."""
+
+    job: int
+    proc: str
+    t: float
+    how: str
+
+
 @dataclass
 class Verdict:
     violations: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
+    lease_losses: list[LeaseLoss] = field(default_factory=list)
 
     def fail(self, text: str) -> None:
         self.violations.append(text)
@@ -116,25 +146,47 @@ def check(
 ) -> Verdict:
     """Check every invariant; ``must_succeed`` names jobs that must end ``succeeded``."""
     v = Verdict()
-    jobs = {
-        int(r[0]): {
-            "task": r[1],
-            "state": r[2],
-            "attempt": int(r[3]),
-            "max_attempts": int(r[4]),
-            "token": int(r[5]),
-            "leased": bool(r[6]),
-        }
-        for r in db.query(
-            "SELECT id, task, state, attempt, max_attempts, lease_token, "
-            "lease_expires_at IS NOT NULL FROM tether_jobs"
-        )
-    }
+    cols = (
+        "id, task, state, attempt, max_attempts, lease_token, {leased}, parent_id, "
+        "waiting_children, idempotency_key"
+    )
+    live = db.query(f"SELECT {cols.format(leased='lease_expires_at IS NOT NULL')} FROM tether_jobs")
+    gone = db.query(f"SELECT {cols.format(leased='leased')} FROM fault_gone_jobs")
+    jobs: dict[int, dict[str, Any]] = {}
+    for pruned, rows in ((True, gone), (False, live)):
+        for r in rows:
+            jobs[int(r[0])] = {
+                "task": r[1],
+                "state": r[2],
+                "attempt": int(r[3]),
+                "max_attempts": int(r[4]),
+                "token": int(r[5]),
+                "leased": bool(r[6]),
+                "parent": None if r[7] is None else int(r[7]),
+                "waiting_children": bool(r[8]),
+                "key": r[9],
+                "pruned": pruned,
+            }
     events: dict[int, list[tuple[str | None, str]]] = collections.defaultdict(list)
-    for job_id, src, dst in db.query(
-        "SELECT job_id, from_state, to_state FROM tether_job_events ORDER BY id"
+    for _, job_id, src, dst, reason in sorted(
+        (int(r[0]), int(r[1]), r[2], r[3], r[4])
+        for r in db.query(
+            "SELECT id, job_id, from_state, to_state, reason FROM tether_job_events "
+            "UNION ALL SELECT id, job_id, from_state, to_state, reason FROM fault_gone_events"
+        )
     ):
-        events[int(job_id)].append((src, dst))
+        events[job_id].append((src, dst))
+        if (src, dst) == ("failed", "queued") and reason != RETRIED:
+            v.fail(f"inv2: job {job_id} left failed without a person's retry ({reason})")
+    deps: list[tuple[int, int]] = sorted(
+        {
+            (int(r[0]), int(r[1]))
+            for r in db.query(
+                "SELECT job_id, depends_on FROM tether_dependencies UNION "
+                "SELECT job_id, depends_on FROM fault_gone_deps"
+            )
+        }
+    )
     effect_rows = {
         int(r[0]): int(r[1]) for r in db.query("SELECT job_id, lease_token FROM fault_effects")
     }
@@ -154,10 +206,17 @@ def check(
     missing = sorted(acked - set(jobs))
     if missing:
         v.fail(f"inv1: {len(missing)} acknowledged job(s) lost, e.g. {missing[:5]}")
+    for key in history.rolled_back():
+        found = [i for i, j in jobs.items() if j["key"] is not None and j["key"].endswith(key)]
+        if found:
+            v.fail(f"inv1: job(s) {found} of a rolled-back enqueue ({key}) exist")
     for job_id, job in jobs.items():
-        ends = [dst for _, dst in events[job_id] if dst in TERMINAL]
+        evs = events[job_id]
+        since = max((i for i, e in enumerate(evs) if e == ("failed", "queued")), default=-1)
+        ends = [dst for _, dst in evs[since + 1 :] if dst in TERMINAL]
         if job["state"] not in TERMINAL:
-            v.fail(f"inv1: job {job_id} ({job['task']}) ended {job['state']}, not terminal")
+            how = "was deleted while" if job["pruned"] else "ended"
+            v.fail(f"inv1: job {job_id} ({job['task']}) {how} {job['state']}, not terminal")
         elif len(ends) != 1:
             v.fail(f"inv1: job {job_id} reached a terminal state {len(ends)} times: {ends}")
         elif ends[0] != job["state"]:
@@ -168,7 +227,7 @@ def check(
     # 2. nothing after a terminal state
     for job_id, evs in events.items():
         for i, (_, dst) in enumerate(evs):
-            if dst in TERMINAL and i + 1 < len(evs):
+            if dst in TERMINAL and i + 1 < len(evs) and evs[i + 1] != ("failed", "queued"):
                 v.fail(f"inv2: job {job_id} moved after {dst}: {evs[i + 1 :]}")
                 break
 
@@ -269,6 +328,93 @@ def check(
             live_rescues += 1
             v.fail(f"inv7: job {job_id} rescued at {at:.3f} from {proc} while it ran ({reason})")
 
+    # 8. nothing waits on what has already happened
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for job_id, job in jobs.items():
+        if job["parent"] is not None:
+            children[job["parent"]].append(job_id)
+    upstream: dict[int, list[int]] = collections.defaultdict(list)
+    for job_id, dep in deps:
+        upstream[job_id].append(dep)
+    stuck_parents = stuck_dependents = 0
+    for job_id, job in jobs.items():
+        if job["state"] != "blocked":
+            continue
+        kids = children.get(job_id, [])
+        if job["waiting_children"] and all(jobs[k]["state"] in TERMINAL for k in kids):
+            stuck_parents += 1
+            v.fail(
+                f"inv8: parent {job_id} is blocked waiting for its {len(kids)} children, "
+                f"all ended ({dict(collections.Counter(jobs[k]['state'] for k in kids))})"
+            )
+        ups = upstream.get(job_id, [])
+        if (
+            not job["waiting_children"]
+            and ups
+            and all(jobs.get(d, {}).get("state") == "succeeded" for d in ups)
+        ):
+            stuck_dependents += 1
+            v.fail(f"inv8: job {job_id} is blocked though its dependencies {ups} succeeded")
+
+    # 9. workflows run in order
+    ends_of: dict[tuple[int, int], float] = {}
+    for row in execs:
+        if row["ev"] == "end":
+            ends_of.setdefault((row["job"], row["token"]), row["t"])
+    last_end: dict[int, float] = {}
+    for (job_id, token), t in ends_of.items():
+        if token == jobs.get(job_id, {}).get("token"):
+            last_end[job_id] = t
+    out_of_order = 0
+    for job_id, dep in deps:
+        first = min((s["t"] for s in starts.get(job_id, [])), default=None)
+        if first is None:
+            continue
+        if jobs.get(dep, {}).get("state") != "succeeded":
+            out_of_order += 1
+            v.fail(f"inv9: job {job_id} started though its dependency {dep} did not succeed")
+        elif dep in last_end and first < last_end[dep]:
+            out_of_order += 1
+            v.fail(
+                f"inv9: job {job_id} started at {first:.3f}, before its dependency {dep} "
+                f"ended at {last_end[dep]:.3f}"
+            )
+    spawned_seen: list[tuple[int, int, int]] = []
+    for row in execs:
+        if row["ev"] == "start" and row.get("phase") is not None:
+            late = [k for k in children.get(row["job"], []) if last_end.get(k, 0.0) > row["t"]]
+            if late:
+                out_of_order += 1
+                v.fail(
+                    f"inv9: parent {row['job']} started phase {row['phase']} at "
+                    f"{row['t']:.3f} before children {late[:5]} ended"
+                )
+        elif row["ev"] == "fanin":
+            spawned_seen.append((row["job"], len(children.get(row["job"], [])), row["seen"]))
+    for job_id, made, seen in spawned_seen:
+        if seen != made:
+            v.fail(f"inv9: parent {job_id}'s fan-in saw {seen} of the {made} children it spawned")
+
+    # 10. a rate bucket's clock never moves back
+    steps = db.query("SELECT bucket, old_at, new_at, tokens FROM fault_bucket_steps")
+    for bucket, old_at, new_at, tokens in steps[:10]:
+        v.fail(
+            f"inv10: bucket {bucket}'s clock moved back {float(old_at) - float(new_at):.3f}s "
+            f"(refilled_at {float(old_at):.3f} -> {float(new_at):.3f}, {float(tokens):.2f} "
+            "tokens left): that interval is credited twice"
+        )
+    if len(steps) > 10:
+        v.fail(f"inv10: ... and {len(steps) - 10} more steps back of a bucket's clock")
+
+    # Leases lost by workers the test did not kill (scenarios decide what may lose one).
+    for row in execs:
+        if row["ev"] == "stop" and row.get("why") == "lease_lost":
+            v.lease_losses.append(LeaseLoss(row["job"], row["proc"], row["t"], "lease_lost"))
+    for job_id, at, worker_id, reason in rescues:
+        proc = worker_procs.get(worker_id)
+        if proc is not None and procs[proc].died > float(at):
+            v.lease_losses.append(LeaseLoss(int(job_id), proc, float(at), f"rescued: {reason}"))
+
     states = collections.Counter(j["state"] for j in jobs.values())
     accepted = sum(1 for e in effect_log if e[2])
     v.figures.update(
@@ -283,6 +429,67 @@ def check(
         effects_superseded=accepted - len(effect_rows),
         overlaps=overlaps,
         live_rescues=live_rescues,
+        pruned=sum(1 for j in jobs.values() if j["pruned"]),
+        stuck_parents=stuck_parents,
+        stuck_dependents=stuck_dependents,
+        out_of_order=out_of_order,
+        bucket_steps_back=len(steps),
+        lease_losses=len(v.lease_losses),
         violations=len(v.violations),
     )
     return v
+
+
+def schedule_ticks(db: Db) -> dict[str, list[float]]:
+    """Each schedule's ticks that got a job (pruned or not), as sorted Unix seconds,
+    read from the jobs' idempotency keys (``schedule:<name>:<tick>``)."""
+    rows = db.query(
+        "SELECT idempotency_key FROM tether_jobs WHERE idempotency_key IS NOT NULL "
+        "UNION SELECT idempotency_key FROM fault_gone_jobs WHERE idempotency_key IS NOT NULL"
+    )
+    ticks: dict[str, set[float]] = collections.defaultdict(set)
+    for (key,) in rows:
+        # An owner-scoped key is prefixed with the owner and a unit separator.
+        kind, _, rest = str(key).split(chr(31))[-1].partition(":")
+        if kind != "schedule":
+            continue
+        name, tick = rest.split(":", 1)
+        ticks[name].add(datetime.fromisoformat(tick).timestamp())
+    return {name: sorted(t) for name, t in ticks.items()}
+
+
+def missing_ticks(ticks: list[float], start: float, end: float, every: float = 1.0) -> list[float]:
+    """The ticks of a schedule firing ``every`` seconds that have no job in
+    [``start``, ``end``]."""
+    have = {round(t / every) for t in ticks}
+    first, last = math.ceil(start / every), math.floor(end / every)
+    return [n * every for n in range(first, last + 1) if n not in have]
+
+
+def rate_overruns(starts: list[float], per_second: float, burst: int) -> list[tuple[int, float]]:
+    """Windows in which more jobs were claimed than a token bucket allows: for claim
+    times ``starts``, every (count, seconds) with count > burst + per_second * seconds
+    + 1 (one token of slack for the clock's resolution)."""
+    s = sorted(starts)
+    out = []
+    for i in range(len(s)):
+        for j in range(i + burst, len(s)):
+            count, span = j - i + 1, s[j] - s[i]
+            if count > burst + per_second * span + 1:
+                out.append((count, span))
+    return out
+
+
+def all_events(db: Db) -> list[dict[str, Any]]:
+    """:meth:`Db.events` of every job, the pruned ones' included, oldest first."""
+    at = "at" if db.sqlite else "extract(epoch FROM at)"
+    cols = "id, job_id, from_state, to_state, {at}, worker_id, actor, reason"
+    rows = db.query(
+        f"SELECT {cols.format(at=at)} FROM tether_job_events UNION ALL "
+        f"SELECT {cols.format(at='at')} FROM fault_gone_events"
+    )
+    keys = ("job", "src", "dst", "at", "worker", "actor", "reason")
+    return [
+        dict(zip(keys, (int(r[1]), r[2], r[3], float(r[4]), r[5], r[6], r[7]), strict=True))
+        for r in sorted(rows, key=lambda r: int(r[0]))
+    ]

@@ -8,6 +8,13 @@ appended to ``fault_effect_log``, which is how stale writes are counted.
 On PostgreSQL the check locks the job row ``FOR SHARE``, so a rescue or a claim cannot
 bump the token between the check and the write; on SQLite ``BEGIN IMMEDIATE`` holds the
 file's write lock for the same purpose.
+
+The schema also keeps what the pruner (or anything else) deletes: triggers copy every
+deleted job, event and dependency link into ``fault_gone_*``, so the invariants are
+checked over every job a scenario made, pruned or not, and a job deleted before it
+ended shows as one. And it notes every step back of a rate bucket's clock
+(``fault_bucket_steps``): a bucket whose ``refilled_at`` moves back credits the same
+interval twice.
 """
 
 from __future__ import annotations
@@ -34,6 +41,76 @@ CREATE TABLE IF NOT EXISTS fault_effect_log (
     accepted    BOOLEAN NOT NULL,
     at          DOUBLE PRECISION NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fault_gone_jobs (
+    id               BIGINT PRIMARY KEY,
+    task             TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    attempt          INTEGER NOT NULL,
+    max_attempts     INTEGER NOT NULL,
+    lease_token      BIGINT NOT NULL,
+    leased           BOOLEAN NOT NULL,
+    parent_id        BIGINT,
+    waiting_children BOOLEAN NOT NULL,
+    idempotency_key  TEXT,
+    at               DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fault_gone_events (
+    id         BIGINT PRIMARY KEY,
+    job_id     BIGINT NOT NULL,
+    from_state TEXT,
+    to_state   TEXT NOT NULL,
+    at         DOUBLE PRECISION NOT NULL,
+    worker_id  TEXT,
+    actor      TEXT,
+    reason     TEXT
+);
+CREATE TABLE IF NOT EXISTS fault_gone_deps (
+    job_id     BIGINT NOT NULL,
+    depends_on BIGINT NOT NULL
+);
+CREATE OR REPLACE FUNCTION fault_keep_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fault_gone_jobs VALUES (OLD.id, OLD.task, OLD.state, OLD.attempt,
+        OLD.max_attempts, OLD.lease_token, OLD.lease_expires_at IS NOT NULL, OLD.parent_id,
+        OLD.waiting_children, OLD.idempotency_key, extract(epoch FROM clock_timestamp()))
+    ON CONFLICT DO NOTHING;
+    RETURN OLD;
+END $$;
+CREATE OR REPLACE FUNCTION fault_keep_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fault_gone_events VALUES (OLD.id, OLD.job_id, OLD.from_state, OLD.to_state,
+        extract(epoch FROM OLD.at), OLD.worker_id, OLD.actor, OLD.reason)
+    ON CONFLICT DO NOTHING;
+    RETURN OLD;
+END $$;
+CREATE OR REPLACE FUNCTION fault_keep_dep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fault_gone_deps VALUES (OLD.job_id, OLD.depends_on);
+    RETURN OLD;
+END $$;
+CREATE OR REPLACE TRIGGER fault_keep_job AFTER DELETE ON tether_jobs
+    FOR EACH ROW EXECUTE FUNCTION fault_keep_job();
+CREATE OR REPLACE TRIGGER fault_keep_event AFTER DELETE ON tether_job_events
+    FOR EACH ROW EXECUTE FUNCTION fault_keep_event();
+CREATE OR REPLACE TRIGGER fault_keep_dep AFTER DELETE ON tether_dependencies
+    FOR EACH ROW EXECUTE FUNCTION fault_keep_dep();
+CREATE TABLE IF NOT EXISTS fault_bucket_steps (
+    bucket  TEXT NOT NULL,
+    old_at  DOUBLE PRECISION NOT NULL,
+    new_at  DOUBLE PRECISION NOT NULL,
+    tokens  DOUBLE PRECISION NOT NULL,
+    at      DOUBLE PRECISION NOT NULL
+);
+CREATE OR REPLACE FUNCTION fault_bucket_step() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fault_bucket_steps VALUES (NEW.id, extract(epoch FROM OLD.refilled_at),
+        extract(epoch FROM NEW.refilled_at), NEW.tokens, extract(epoch FROM clock_timestamp()));
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER fault_bucket_step AFTER UPDATE ON tether_rate_limits
+    FOR EACH ROW WHEN (NEW.refilled_at < OLD.refilled_at
+                       AND NEW.per_second = OLD.per_second AND NEW.burst = OLD.burst)
+    EXECUTE FUNCTION fault_bucket_step();
 """
 
 SQLITE_SCHEMA = """
@@ -53,6 +130,58 @@ CREATE TABLE IF NOT EXISTS fault_effect_log (
     accepted    INTEGER NOT NULL,
     at          REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fault_gone_jobs (
+    id               INTEGER PRIMARY KEY,
+    task             TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    attempt          INTEGER NOT NULL,
+    max_attempts     INTEGER NOT NULL,
+    lease_token      INTEGER NOT NULL,
+    leased           INTEGER NOT NULL,
+    parent_id        INTEGER,
+    waiting_children INTEGER NOT NULL,
+    idempotency_key  TEXT,
+    at               REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fault_gone_events (
+    id         INTEGER PRIMARY KEY,
+    job_id     INTEGER NOT NULL,
+    from_state TEXT,
+    to_state   TEXT NOT NULL,
+    at         REAL NOT NULL,
+    worker_id  TEXT,
+    actor      TEXT,
+    reason     TEXT
+);
+CREATE TABLE IF NOT EXISTS fault_gone_deps (
+    job_id     INTEGER NOT NULL,
+    depends_on INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS fault_keep_job AFTER DELETE ON tether_jobs BEGIN
+    INSERT OR IGNORE INTO fault_gone_jobs VALUES (OLD.id, OLD.task, OLD.state, OLD.attempt,
+        OLD.max_attempts, OLD.lease_token, OLD.lease_expires_at IS NOT NULL, OLD.parent_id,
+        OLD.waiting_children, OLD.idempotency_key, (julianday('now') - 2440587.5) * 86400.0);
+END;
+CREATE TRIGGER IF NOT EXISTS fault_keep_event AFTER DELETE ON tether_job_events BEGIN
+    INSERT OR IGNORE INTO fault_gone_events VALUES (OLD.id, OLD.job_id, OLD.from_state,
+        OLD.to_state, OLD.at, OLD.worker_id, OLD.actor, OLD.reason);
+END;
+CREATE TRIGGER IF NOT EXISTS fault_keep_dep AFTER DELETE ON tether_dependencies BEGIN
+    INSERT INTO fault_gone_deps VALUES (OLD.job_id, OLD.depends_on);
+END;
+CREATE TABLE IF NOT EXISTS fault_bucket_steps (
+    bucket  TEXT NOT NULL,
+    old_at  REAL NOT NULL,
+    new_at  REAL NOT NULL,
+    tokens  REAL NOT NULL,
+    at      REAL NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS fault_bucket_step AFTER UPDATE ON tether_rate_limits
+WHEN NEW.refilled_at < OLD.refilled_at AND NEW.per_second = OLD.per_second
+     AND NEW.burst = OLD.burst BEGIN
+    INSERT INTO fault_bucket_steps VALUES (NEW.id, OLD.refilled_at, NEW.refilled_at,
+        NEW.tokens, (julianday('now') - 2440587.5) * 86400.0);
+END;
 """
 
 # One statement: lock the job row if the lease is current, upsert the effect, log the try.

@@ -4,7 +4,9 @@ Run as ``python -m tests.faults.faultapp`` with:
 
 - ``TETHER_FAULT_URL``: the database (for PostgreSQL maybe through the fault proxy);
 - ``TETHER_FAULT_DIR``: the run directory (executions are logged under ``exec/``);
-- ``TETHER_FAULT_CONFIG``: JSON overrides of the worker settings;
+- ``TETHER_FAULT_CONFIG``: JSON overrides of the worker settings, and two of the app's:
+  ``schedules`` (``[{"name", "cron"}]``: per-second ticks of a ``work`` job, declared
+  by this worker's app only) and ``retention`` (:class:`~tether.RetentionConfig`);
 - ``TETHER_FAULT_NAME``: the worker's name (kept across restarts);
 - ``TETHER_FAULT_PROC``: this incarnation's key (``name#n``), the same in every PID
   namespace; its execution log is ``exec/exec-<key>.log`` and its worker id is written
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,7 +34,7 @@ import psycopg
 
 import tether
 from tests.faults import effects
-from tether import App, LeaseLostError, Worker, WorkerConfig
+from tether import App, JobState, LeaseLostError, RetentionConfig, Worker, WorkerConfig
 
 # Worker settings for every scenario: a 3 s lease renewed every 0.5 s; dead processes
 # and expired leases are looked for four times a second.
@@ -52,6 +55,10 @@ BASE_CONFIG: dict[str, Any] = {
     "max_backoff": 2.0,
 }
 SPIN_LIMIT = 120.0  # a CPU loop that nobody stops still ends by itself
+# Tasks that run the body of ``work`` (a fenced effect each): plain, rate-limited (the
+# scenarios set the limit), and holding a slot of the resource pool ``pool``.
+WORK_TASKS = ("work", "paced", "pooled")
+POOL_CAPACITY = 2
 
 
 def _proc() -> str:
@@ -153,9 +160,16 @@ def block(ctx: Any, seconds: float = 5.0) -> str:
     return "woke"
 
 
+def retried_marker(job: int, run_dir: str | os.PathLike[str] | None = None) -> str:
+    """The file a scenario creates before it retries a parent that failed on purpose."""
+    exec_dir = _exec_dir() if run_dir is None else os.path.join(run_dir, "exec")
+    return os.path.join(exec_dir, f"retried-{job}")
+
+
 def build_app(url: str) -> App:
     """The app the workers run (the test process enqueues through its own copy)."""
     app = App(url)
+    app.resource("pool", capacity=POOL_CAPACITY)
     eff = Effects(url)
 
     async def _run(ctx: tether.JobContext, task: str, body: Any) -> Any:
@@ -166,6 +180,7 @@ def build_app(url: str) -> App:
             token=ctx.job.lease_token,
             task=task,
             ckpt=ctx.checkpoint,
+            phase=ctx.phase,
         )
         how = "error"
 
@@ -189,21 +204,50 @@ def build_app(url: str) -> App:
             watcher.cancel()
             record(ev="end", job=ctx.id, token=ctx.job.lease_token, how=how)
 
-    @app.task(name="work", max_attempts=10)
-    async def work(ctx: tether.JobContext, ms: int = 100, effect: bool = True) -> int:
-        """Works ``ms`` milliseconds of monotonic time (looking for a stop request every
-        50 ms), then writes its effect."""
+    def work_task(name: str, resources: tuple[str, ...] = ()) -> None:
+        @app.task(name=name, max_attempts=10, resources=resources)
+        async def work(ctx: tether.JobContext, ms: int = 100, effect: bool = True) -> int:
+            """Works ``ms`` milliseconds of monotonic time (looking for a stop request
+            every 50 ms), then writes its effect."""
+
+            async def body() -> int:
+                deadline = time.monotonic() + ms / 1000
+                while (left := deadline - time.monotonic()) > 0:
+                    ctx.check_cancelled()  # a well-behaved handler: stops when asked
+                    await asyncio.sleep(min(0.05, left))
+                if effect and not await eff.write(ctx):
+                    raise LeaseLostError(f"job {ctx.id}: effect refused (stale lease)")
+                return ms
+
+            return int(await _run(ctx, name, body))
+
+    work_task("work")
+    work_task("paced")
+    work_task("pooled", resources=("pool",))
+
+    @app.task(name="parent", max_attempts=10)
+    async def parent(
+        ctx: tether.JobContext, children: int = 3, child_ms: int = 50, fail_fanin: bool = False
+    ) -> int:
+        """Fans out ``children`` work jobs and waits for them (holding no worker); its
+        fan-in counts them. With ``fail_fanin`` the fan-in fails for good (``Fail``)
+        until the scenario marks the job retried (:func:`retried_marker`)."""
 
         async def body() -> int:
-            deadline = time.monotonic() + ms / 1000
-            while (left := deadline - time.monotonic()) > 0:
-                ctx.check_cancelled()  # a well-behaved handler: stops when asked
-                await asyncio.sleep(min(0.05, left))
-            if effect and not await eff.write(ctx):
-                raise LeaseLostError(f"job {ctx.id}: effect refused (stale lease)")
-            return ms
+            if ctx.phase is None:
+                for _ in range(children):
+                    await ctx.spawn("work", ms=child_ms)
+                record(ev="spawned", job=ctx.id, token=ctx.job.lease_token, n=children)
+                raise tether.WaitForChildren(phase="fanin")
+            kids = await ctx.children()
+            ok = sum(1 for k in kids if k.state is JobState.SUCCEEDED)
+            record(ev="fanin", job=ctx.id, token=ctx.job.lease_token, seen=len(kids), ok=ok)
+            retried = await asyncio.to_thread(os.path.exists, retried_marker(ctx.id))
+            if fail_fanin and not retried:
+                raise tether.Fail("the fan-in fails on purpose")
+            return ok
 
-        return int(await _run(ctx, "work", body))
+        return int(await _run(ctx, "parent", body))
 
     @app.task(name="long", max_attempts=10)
     async def long(ctx: tether.JobContext, steps: int = 20, step_ms: int = 200) -> int:
@@ -269,6 +313,10 @@ async def main() -> None:
     os.makedirs(os.path.dirname(_log_path()), exist_ok=True)
     app = build_app(_url())
     settings = {**BASE_CONFIG, **json.loads(os.environ.get("TETHER_FAULT_CONFIG", "{}"))}
+    for sched in settings.pop("schedules", ()):
+        app.schedule("work", cron=sched["cron"], name=sched["name"], args={"ms": 10})
+    if (retention := settings.pop("retention", None)) is not None:
+        app.config = dataclasses.replace(app.config, retention=RetentionConfig(**retention))
     if "queues" in settings:
         settings["queues"] = tuple(settings["queues"])
     name = os.environ.get("TETHER_FAULT_NAME")

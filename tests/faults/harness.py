@@ -55,6 +55,10 @@ class History:
         """Every job id whose enqueue was acknowledged."""
         return {i for op in self.of("enqueued") for i in op["ids"]}
 
+    def rolled_back(self) -> list[str]:
+        """The idempotency keys of jobs enqueued in a transaction that rolled back."""
+        return [k for op in self.of("rolled_back") for k in op["keys"]]
+
     def save(self) -> None:
         with self.path.open("w") as out:
             for op in self.ops:

@@ -5,6 +5,45 @@ from __future__ import annotations
 
 from typing import Any
 
+# The mixed scenario: seconds of traffic, then a drain of up to drain_timeout seconds.
+_MIXED_SHORT = {
+    "seconds": 14.0,
+    "paced": 30,
+    "failing_parents": 2,
+    "bulk_size": 20,
+    "txn_hold": 1.5,
+    "drain_timeout": 25.0,
+}
+_MIXED_FULL = {
+    "seconds": 120.0,
+    "paced": 300,
+    "failing_parents": 10,
+    "bulk_size": 50,
+    "txn_hold": 1.5,
+    "drain_timeout": 120.0,
+}
+
+# Foreign locks: seconds of traffic; random holds of up to max_hold seconds; kill rounds
+# that hold a running job of the victim for kill_hold seconds.
+_FOREIGN_SHORT = {
+    "seconds": 24.0,
+    "max_hold": 6.0,
+    "kill_hold": 6.0,
+    "kill_rounds": 2,
+    "live_rounds": 1,
+    "holders": 2,
+    "drain_timeout": 25.0,
+}
+_FOREIGN_FULL = {
+    "seconds": 150.0,
+    "max_hold": 20.0,
+    "kill_hold": 20.0,
+    "kill_rounds": 5,
+    "live_rounds": 3,
+    "holders": 2,
+    "drain_timeout": 120.0,
+}
+
 SHORT: dict[str, dict[str, Any]] = {
     "storm": {"jobs": 300, "kills": 8, "workers": 3, "concurrency": 4, "ms": (40, 200)},
     "zombie": {"rounds": 2},
@@ -22,6 +61,10 @@ SHORT: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 60},
     "multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
     "sqlite_multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
+    "mixed": _MIXED_SHORT,
+    "sqlite_mixed": {**_MIXED_SHORT, "txn_hold": 0.5},
+    "foreign_locks": _FOREIGN_SHORT,
+    "sqlite_foreign_locks": _FOREIGN_SHORT,
 }
 
 FULL: dict[str, dict[str, Any]] = {
@@ -41,6 +84,10 @@ FULL: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 2000},
     "multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
     "sqlite_multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
+    "mixed": _MIXED_FULL,
+    "sqlite_mixed": {**_MIXED_FULL, "txn_hold": 0.5},
+    "foreign_locks": _FOREIGN_FULL,
+    "sqlite_foreign_locks": _FOREIGN_FULL,
 }
 
 PROFILES = {"short": SHORT, "full": FULL}

@@ -86,3 +86,91 @@ async def test_rescue_of_a_killed_worker_passes_the_check(
     verdict = check(Db(db_url), run_dir, history, must_succeed=history.acked())
     assert verdict.violations == []
     assert (verdict.figures["overlaps"], verdict.figures["live_rescues"]) == (0, 0)
+
+
+def test_a_bucket_overrun_is_seen_and_a_paced_drain_is_not() -> None:
+    from tests.faults.checker import rate_overruns
+
+    paced = [i / 5 for i in range(30)]  # 5/s exactly
+    assert rate_overruns(paced, 5.0, 5) == []
+    burst_then_paced = [0.0] * 5 + [1 + i / 5 for i in range(10)]
+    assert rate_overruns(burst_then_paced, 5.0, 5) == []
+    twice = [0.0] * 5 + [0.005] * 5  # ten within 5 ms under 5/s, burst 5
+    assert max(count for count, _ in rate_overruns(twice, 5.0, 5)) == 10
+
+
+def test_missing_ticks_names_the_gap() -> None:
+    from tests.faults.checker import missing_ticks
+
+    ticks = [100.0, 101.0, 102.0, 105.0, 106.0]
+    assert missing_ticks(ticks, 100.0, 106.0) == [103.0, 104.0]
+    assert missing_ticks(ticks, 100.0, 102.5) == []
+
+
+async def run_to_success(store: Store, run_dir: Path, proc: str, *, at: float) -> Job:
+    """``proc`` claims the next job and succeeds with it; its attempt is logged as having
+    run just before ``at``."""
+    [job] = await store.claim(f"vm:1:{proc}", ["default"], ["t"], 1, 60.0)
+    for ev, t in (("start", at - 0.2), ("end", at)):
+        row = {"ev": ev, "job": job.id, "attempt": job.attempt, "token": job.lease_token}
+        with (run_dir / "exec" / f"exec-{proc}.log").open("a") as f:
+            f.write(json.dumps({**row, "pid": 1, "proc": proc, "t": t, "how": "returned"}) + "\n")
+    done = Outcome(job.id, job.lease_token, JobState.SUCCEEDED, result_json="1")
+    assert await store.finish(f"vm:1:{proc}", [done]) == {job.id}
+    return job
+
+
+async def test_a_dependent_started_before_its_dependency_ended_fails_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "exec").mkdir()
+    Db(db_url).execute_script(effects.SQLITE_SCHEMA if "sqlite" in db_url else effects.PG_SCHEMA)
+    history = History(tmp_path / "history.jsonl")
+    first = await enqueue_one(store)
+    second = await enqueue_one(store, depends_on=(first.id,))
+    history.add("enqueued", task="t", ids=[first.id, second.id])
+    now = time.time()
+    await run_to_success(store, tmp_path, "a#1", at=now)
+    in_order = check(Db(db_url), tmp_path, history)
+    assert in_order.figures["out_of_order"] == 0
+    # The dependent's attempt is logged as having started before the dependency ended.
+    await run_to_success(store, tmp_path, "a#1", at=now - 0.1)
+    verdict = check(Db(db_url), tmp_path, history)
+    assert verdict.figures["out_of_order"] == 1
+    assert [v for v in verdict.violations if v.startswith("inv9")], verdict.violations
+
+
+async def test_a_dependent_left_blocked_after_its_dependencies_succeeded_fails_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "exec").mkdir()
+    db = Db(db_url)
+    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    history = History(tmp_path / "history.jsonl")
+    done = await enqueue_one(store)
+    other = await enqueue_one(store, task="other")
+    waiting = await enqueue_one(store, task="other", depends_on=(other.id,))
+    await run_to_success(store, tmp_path, "a#1", at=time.time())
+    # A lost wake-up, made by hand: the blocked job now waits only on the succeeded one.
+    db.execute_script(
+        f"UPDATE tether_dependencies SET depends_on = {done.id} WHERE job_id = {waiting.id}"
+    )
+    verdict = check(db, tmp_path, history)
+    assert verdict.figures["stuck_dependents"] == 1
+    assert any(v.startswith(f"inv8: job {waiting.id} is blocked") for v in verdict.violations)
+
+
+async def test_a_rate_bucket_whose_clock_moves_back_fails_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "exec").mkdir()
+    db = Db(db_url)
+    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    await store.set_rate_limit("task", "t", 5.0, 5)
+    history = History(tmp_path / "history.jsonl")
+    assert check(db, tmp_path, history).figures["bucket_steps_back"] == 0
+    back = "refilled_at - 1" if db.sqlite else "refilled_at - interval '1 second'"
+    db.execute_script(f"UPDATE tether_rate_limits SET refilled_at = {back}")
+    verdict = check(db, tmp_path, history)
+    assert verdict.figures["bucket_steps_back"] == 1
+    assert [v for v in verdict.violations if v.startswith("inv10")], verdict.violations
