@@ -17,7 +17,7 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.conftest import IN_CI
 from tests.faults import effects
 from tests.faults.checker import Verdict, check
 from tests.faults.faultapp import build_app
 from tests.faults.harness import Cluster, Db, History
+from tests.faults.hosts import HostNet, unavailable
 from tests.faults.profiles import PROFILES
 from tether import App, AppConfig
 
@@ -323,6 +325,24 @@ async def scenario(
     for admin, db_name in dbs:
         with contextlib.suppress(psycopg.Error), psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def hosts() -> Iterator[HostNet]:
+    """This test's worker hosts (``hosts.add(n)``), removed afterwards whatever happens.
+    Skips where namespaces cannot be made (not root, ``ip``/``iptables`` missing), except
+    under ``CI=true``, where that fails: CI must not pass by skipping these scenarios."""
+    why = unavailable()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"CI needs network namespaces for the host scenarios: {why}")
+        pytest.skip(why)
+    net = HostNet()
+    try:
+        yield net
+    finally:
+        net.close()
+    assert not net.leftovers(), f"hosts left behind: {net.leftovers()}"
 
 
 @pytest.hookimpl(hookwrapper=True)

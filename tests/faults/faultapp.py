@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any
@@ -105,18 +106,37 @@ class Effects:
                     self.conn = await psycopg.AsyncConnection.connect(
                         self.url, autocommit=True, connect_timeout=5
                     )
-                cur = await self.conn.execute(
-                    effects.PG_EFFECT,
-                    {"job": job, "token": token, "attempt": attempt, "pid": os.getpid()},
-                )
-                row = await cur.fetchone()
-                return bool(row and row[0])
+                conn = self.conn
+                params = {"job": job, "token": token, "attempt": attempt, "pid": os.getpid()}
+                call = asyncio.ensure_future(self._effect(conn, params))
+                try:
+                    return await asyncio.shield(call)
+                except asyncio.CancelledError:
+                    # psycopg answers a cancelled call by asking the server to cancel it
+                    # and waiting for that (up to 10 s), which a host cut off never gets:
+                    # shut the socket down under it, so a job told to stop stops now.
+                    _sever(conn)
+                    with contextlib.suppress(BaseException):
+                        await call
+                    raise
             except BaseException:
                 conn, self.conn = self.conn, None
                 if conn is not None:
                     with contextlib.suppress(BaseException):
                         await asyncio.wait_for(conn.close(), 1.0)
                 raise
+
+    @staticmethod
+    async def _effect(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> bool:
+        cur = await conn.execute(effects.PG_EFFECT, params)
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+
+def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Shut a connection's socket down: a call waiting on it fails at once."""
+    with contextlib.suppress(Exception), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _url() -> str:

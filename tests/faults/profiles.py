@@ -22,6 +22,7 @@ SHORT: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 60},
     "multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
     "sqlite_multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
+    "hosts": {"keep": 16, "ms": (200, 600), "rounds": 1, "seconds": 5.0, "slow_s": 2.0},
 }
 
 FULL: dict[str, dict[str, Any]] = {
@@ -41,6 +42,7 @@ FULL: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 2000},
     "multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
     "sqlite_multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
+    "hosts": {"keep": 24, "ms": (200, 800), "rounds": 3, "seconds": 15.0, "slow_s": 10.0},
 }
 
 PROFILES = {"short": SHORT, "full": FULL}
