@@ -27,12 +27,14 @@ import socket
 import sys
 import time
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
 import tether
 from tests.faults import effects
 from tether import App, LeaseLostError, Worker, WorkerConfig
+from tether.store.postgres import URL_SETTINGS
 
 # Worker settings for every scenario: a 3 s lease renewed every 0.5 s; dead processes
 # and expired leases are looked for four times a second.
@@ -82,7 +84,14 @@ class Effects:
     """This process's fenced writes (one connection, reopened after any error)."""
 
     def __init__(self, url: str) -> None:
+        # psycopg refuses tether's own URL parameters (``?pgbouncer=true&listen_url=``):
+        # the effect goes where the worker's store goes, without them, and never
+        # prepares a statement (a pooler in transaction mode does not keep them).
         self.url = url
+        if not url.startswith("sqlite"):
+            parts = urlsplit(url)
+            query = [(k, v) for k, v in parse_qsl(parts.query) if k not in URL_SETTINGS]
+            self.url = urlunsplit(parts._replace(query=urlencode(query)))
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.lock = asyncio.Lock()
 
@@ -104,7 +113,7 @@ class Effects:
             try:
                 if self.conn is None or self.conn.closed:
                     self.conn = await psycopg.AsyncConnection.connect(
-                        self.url, autocommit=True, connect_timeout=5
+                        self.url, autocommit=True, connect_timeout=5, prepare_threshold=None
                     )
                 conn = self.conn
                 params = {"job": job, "token": token, "attempt": attempt, "pid": os.getpid()}

@@ -22,6 +22,14 @@ SHORT: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 60},
     "multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
     "sqlite_multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
+    "failover": {"ms": (100, 400), "failovers": 1, "gap_s": 1.0, "warm_s": 3.0, "after_s": 3.0},
+    "pgbouncer_restart": {
+        "ms": (100, 400),
+        "restarts": 2,
+        "every_s": 2.0,
+        "down_s": 0.5,
+        "after_s": 2.0,
+    },
     "hosts": {"keep": 16, "ms": (200, 600), "rounds": 1, "seconds": 5.0, "slow_s": 2.0},
 }
 
@@ -42,6 +50,14 @@ FULL: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 2000},
     "multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
     "sqlite_multihost": {"jobs": 2000, "concurrency": 4, "ms": (200, 800), "rounds": 5},
+    "failover": {"ms": (100, 600), "failovers": 3, "gap_s": 1.0, "warm_s": 10.0, "after_s": 10.0},
+    "pgbouncer_restart": {
+        "ms": (100, 600),
+        "restarts": 10,
+        "every_s": 4.0,
+        "down_s": 1.0,
+        "after_s": 5.0,
+    },
     "hosts": {"keep": 24, "ms": (200, 800), "rounds": 3, "seconds": 15.0, "slow_s": 10.0},
 }
 

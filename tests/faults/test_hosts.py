@@ -169,7 +169,7 @@ async def test_hosts_partitioned_and_slowed(scenario: MakeScenario, hosts: HostN
         if e["actor"] == "rescuer" and e["worker"] == w["wid"] and w["from"] <= e["at"] <= w["to"]
     ]
     rejoins = [c["rejoin"] for c in cuts]
-    verdict = s.assert_invariants(must_succeed=s.history.acked())
+    verdict = s.check(must_succeed=s.history.acked())
     m, rd = percentiles(margins), percentiles(rescue_delays)
     known = [x for x in rejoins if x is not None]
     s.figures = {
@@ -192,6 +192,9 @@ async def test_hosts_partitioned_and_slowed(scenario: MakeScenario, hosts: HostN
         "stale_rejected": verdict.figures["stale_rejected"],
         "restarts": s.cluster.restarts,
     }
+    assert not verdict.violations, (
+        f"{len(verdict.violations)} invariant violation(s) in {s.run_dir}:\n" + verdict.summary()
+    )
     assert not direct, f"hosts reach the database without their link: {direct}"
     assert all(px.stats.accepted for h in made.values() for px in h.forwards.values())
     assert not late, f"jobs not stopped before their lease ended: {late}; {s.figures}"
