@@ -113,6 +113,19 @@ Figures:
   and `freeze_rescue_*` are from the SIGKILL (SIGSTOP) until the rescuer freed each
   job the victim held; `rescued_worker_dead` counts rescues after a pid check (same
   namespace) or a lost session, `rescued_lease_expired` those after lease expiry.
+- hosts: each worker on a host of its own (a network namespace linked by a veth pair,
+  and a PID namespace); `jobs_cut_off` were running on a host when its link went down
+  (or its traffic was dropped by iptables); `fence_margin` is how long before its lease
+  ended each was stopped, `rescue_after_cut` from the cut until the rescuer freed it,
+  `rejoin` from healing until the host's worker started a job again;
+  `rescued_while_slow` counts rescues from a host whose link was slowed (must be 0).
+- failover: a synchronous standby promoted after the primary was stopped
+  `-m immediate`, everyone on one multi-host URL; `acked_lost` counts acknowledged
+  enqueues missing afterwards (must be 0), `unacked_committed` enqueues whose answer
+  was lost but which committed; `worker_recovery_*` is from the promotion until each
+  worker started a job again, `producer_recovery_max` until an enqueue was acknowledged.
+- pgbouncer_restart: the pooler SIGKILLed and started again after `down_s`;
+  `worker_recovery_*` and `producer_recovery_max` are from its restart.
 - zombie: `replayed_*` are the zombie's own heartbeat, completion and effect, sent
   with its token while the new attempt runs; `wake_to_abandon` is from SIGCONT until
   the zombie's attempt was told to stop (it fences itself before its first beat).
@@ -153,6 +166,9 @@ TARGETS: dict[str, list[tuple[str, float, str]]] = {
     "zombie": [("wake_to_abandon_max", 1.0, "<=")],
     "multihost": _MULTIHOST,
     "sqlite_multihost": _MULTIHOST,
+    "hosts": [("rejoin_max", 5.0, "<"), ("rescue_after_cut_max", 6.0, "<")],
+    "failover": [("worker_recovery_max", 5.0, "<"), ("producer_recovery_max", 5.0, "<")],
+    "pgbouncer_restart": [("worker_recovery_max", 5.0, "<")],
 }
 
 

@@ -22,7 +22,7 @@ SHORT: dict[str, dict[str, Any]] = {
     "sqlite_cancel_race": {"jobs": 60},
     "multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
     "sqlite_multihost": {"jobs": 120, "concurrency": 2, "ms": (200, 800), "rounds": 1},
-    "failover": {"ms": (100, 400), "failovers": 1, "gap_s": 1.0, "warm_s": 3.0, "after_s": 3.0},
+    "failover": {"ms": (100, 400), "failovers": 1, "gap_s": 2.0, "warm_s": 3.0, "after_s": 3.0},
     "pgbouncer_restart": {
         "ms": (100, 400),
         "restarts": 2,

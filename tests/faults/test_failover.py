@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.conformance.support import enqueue_one
 from tests.conftest import IN_CI
 from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.faultapp import build_app
@@ -40,6 +41,7 @@ from tests.faults.hosts import HostNet
 from tests.faults.replication import ReplicatedPair
 from tests.pgcluster import bindir
 from tether import AppConfig, StoreError
+from tether.store import create_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -155,6 +157,11 @@ async def test_failover_to_synchronous_standby(
         json.dumps(s.db.query("SELECT * FROM tether_workers"), default=str)
     )
     verdict = s.check(must_succeed=acked)
+    dead = [
+        e
+        for e in s.db.events()
+        if e["actor"] == "rescuer" and str(e["reason"]).startswith("worker dead")
+    ]
     back = percentiles([t for r in rounds for t in r["workers_back"]])
     s.figures = {
         "failovers": len(rounds),
@@ -171,6 +178,7 @@ async def test_failover_to_synchronous_standby(
         "producer_recovery_max": max(r["producer_back"] for r in rounds),
         "overlaps": verdict.figures["overlaps"],
         "live_rescues": verdict.figures["live_rescues"],
+        "rescued_worker_dead": len(dead),
         "reruns": verdict.figures["reruns"],
         "stale_rejected": verdict.figures["stale_rejected"],
         "restarts": s.cluster.restarts,
@@ -180,3 +188,33 @@ async def test_failover_to_synchronous_standby(
     )
     assert sorted(alive) == names and all(c == 0 for c in codes.values()), (alive, codes)
     assert active_count(s.db) == 0
+
+
+async def test_a_job_claimed_after_a_failover_is_not_rescued_as_a_dead_workers(
+    pg_url: str,
+) -> None:
+    """The state the failover scenario reaches when it fails, made on purpose: after a
+    failover the worker's recorded LISTEN session is not on the new primary, its
+    heartbeat has been failing for longer than the grace, and its claimer got through
+    before its heartbeater (whose backoff is longer). The lease just granted is fresh:
+    the worker is alive, and the rescuer must not take that job from it."""
+    store = create_store(pg_url)
+    await store.open()
+    try:
+        await store.migrate()
+        wid = "vm:1:w#1"
+        await store.register_worker(wid, None, "vm", 1, None, ["default"], 1)
+        Db(pg_url).query(
+            "UPDATE tether_workers SET backend_pid = 2147483647, "
+            "heartbeat_at = now() - interval '5 seconds' WHERE id = %s",
+            (wid,),
+        )
+        await enqueue_one(store)
+        [claimed] = await store.claim(wid, ["default"], ["t"], 1, 3.0)
+        await store.mark_dead_workers(lambda _process: False, 2.5)
+        rescued = [(j.id, j.error) for j in await store.rescue()]
+        assert claimed.id not in [r[0] for r in rescued], (
+            f"a lease granted a moment ago was revoked: {rescued}"
+        )
+    finally:
+        await store.close()
