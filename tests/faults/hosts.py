@@ -55,24 +55,32 @@ class HostsUnavailable(RuntimeError):
     """This machine cannot make hosts (not root, a tool missing, namespaces refused)."""
 
 
+def tool(name: str) -> str:
+    """Where ``name`` is: on the PATH, else in the sbin directories (which a non-login
+    shell's PATH may lack); the bare name if nowhere."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin") or name
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [tool("ip"), *args], check=check, capture_output=True, text=True, timeout=30
+    )
 
 
 def unavailable() -> str | None:
     """Why hosts cannot be made here, or ``None`` if they can."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for tool in ("ip", "iptables", "unshare"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
+    for name in ("ip", "iptables", "unshare"):
+        if shutil.which(tool(name)) is None:
+            return f"{name} is not installed"
     probe = f"{NAME_PREFIX}probe{secrets.token_hex(2)}"
     try:
         done = _ip("netns", "add", probe, check=False)
         if done.returncode != 0:
             return f"ip netns add failed: {done.stderr.strip()}"
         rules = subprocess.run(
-            ["ip", "netns", "exec", probe, "iptables", "-w", "-S"],
+            [tool("ip"), "netns", "exec", probe, tool("iptables"), "-w", "-S"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -102,12 +110,12 @@ class Host:
 
     def command(self, cmd: list[str]) -> list[str]:
         """``cmd`` run on this host, in a PID namespace of its own."""
-        return ["ip", "netns", "exec", self.name, *UNSHARE, *cmd]
+        return [tool("ip"), "netns", "exec", self.name, *UNSHARE, *cmd]
 
     def run(self, *cmd: str) -> subprocess.CompletedProcess[str]:
         """Run a command in this host's network namespace (and wait for it)."""
         return subprocess.run(
-            ["ip", "netns", "exec", self.name, *cmd],
+            [tool("ip"), "netns", "exec", self.name, *cmd],
             check=True,
             capture_output=True,
             text=True,
@@ -146,7 +154,7 @@ class Host:
         """Drop every packet to and from the root side, by iptables rules in the host."""
         for chain, flag in (("INPUT", "-s"), ("OUTPUT", "-d")):
             rule = [chain, flag, self.root_addr, "-j", "DROP"]
-            self.run("iptables", "-w", "-I", *rule)
+            self.run(tool("iptables"), "-w", "-I", *rule)
             self.rules.append(rule)
 
     def heal(self) -> None:
@@ -155,7 +163,7 @@ class Host:
             _ip("link", "set", self.link, "up")
             self.link_is_down = False
         while self.rules:
-            self.run("iptables", "-w", "-D", *self.rules.pop())
+            self.run(tool("iptables"), "-w", "-D", *self.rules.pop())
 
     def slow(self, seconds: float) -> None:
         """Delay every chunk through this host's forwarders by ``seconds`` (0: none)."""

@@ -35,11 +35,11 @@ def test_a_host_reaches_the_database_only_over_its_link_until_cut(
     host.heal()
     assert host.reachable(via)
     host.drop()
-    rules = host.run("iptables", "-w", "-S").stdout
+    rules = host.run(hostmod.tool("iptables"), "-w", "-S").stdout
     assert rules.count("-j DROP") == 2, rules
     assert not host.reachable(via)
     host.heal()
-    assert "-j DROP" not in host.run("iptables", "-w", "-S").stdout
+    assert "-j DROP" not in host.run(hostmod.tool("iptables"), "-w", "-S").stdout
     assert host.reachable(via)
 
 
