@@ -17,7 +17,7 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.conftest import IN_CI
 from tests.faults import effects
 from tests.faults.checker import Verdict, check
 from tests.faults.faultapp import build_app
 from tests.faults.harness import Cluster, Db, History
+from tests.faults.hosts import HostNet, unavailable
 from tests.faults.profiles import PROFILES
 from tether import App, AppConfig
 
@@ -130,6 +132,19 @@ Figures:
   rows was held; `rescue_unheld_max`: the same with no row held;
   `unrelated_lease_losses`: jobs whose rows were not held that lost their lease (must
   be 0; on SQLite outside the one hold of the write lock for two leases).
+- hosts: each worker on a host of its own (a network namespace linked by a veth pair,
+  and a PID namespace); `jobs_cut_off` were running on a host when its link went down
+  (or its traffic was dropped by iptables); `fence_margin` is how long before its lease
+  ended each was stopped, `rescue_after_cut` from the cut until the rescuer freed it,
+  `rejoin` from healing until the host's worker started a job again;
+  `rescued_while_slow` counts rescues from a host whose link was slowed (must be 0).
+- failover: a synchronous standby promoted after the primary was stopped
+  `-m immediate`, everyone on one multi-host URL; `acked_lost` counts acknowledged
+  enqueues missing afterwards (must be 0), `unacked_committed` enqueues whose answer
+  was lost but which committed; `worker_recovery_*` is from the promotion until each
+  worker started a job again, `producer_recovery_max` until an enqueue was acknowledged.
+- pgbouncer_restart: the pooler SIGKILLed and started again after `down_s`;
+  `worker_recovery_*` and `producer_recovery_max` are from its restart.
 - zombie: `replayed_*` are the zombie's own heartbeat, completion and effect, sent
   with its token while the new attempt runs; `wake_to_abandon` is from SIGCONT until
   the zombie's attempt was told to stop (it fences itself before its first beat).
@@ -172,6 +187,9 @@ TARGETS: dict[str, list[tuple[str, float, str]]] = {
     "sqlite_multihost": _MULTIHOST,
     "foreign_locks": [("rescue_unheld_max", 1.5, "<")],
     "sqlite_foreign_locks": [("rescue_unheld_max", 1.5, "<")],
+    "hosts": [("rejoin_max", 5.0, "<"), ("rescue_after_cut_max", 6.0, "<")],
+    "failover": [("worker_recovery_max", 5.0, "<"), ("producer_recovery_max", 5.0, "<")],
+    "pgbouncer_restart": [("worker_recovery_max", 5.0, "<")],
 }
 
 
@@ -344,6 +362,24 @@ async def scenario(
     for admin, db_name in dbs:
         with contextlib.suppress(psycopg.Error), psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def hosts() -> Iterator[HostNet]:
+    """This test's worker hosts (``hosts.add(n)``), removed afterwards whatever happens.
+    Skips where namespaces cannot be made (not root, ``ip``/``iptables`` missing), except
+    under ``CI=true``, where that fails: CI must not pass by skipping these scenarios."""
+    why = unavailable()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"CI needs network namespaces for the host scenarios: {why}")
+        pytest.skip(why)
+    net = HostNet()
+    try:
+        yield net
+    finally:
+        net.close()
+    assert not net.leftovers(), f"hosts left behind: {net.leftovers()}"
 
 
 @pytest.hookimpl(hookwrapper=True)

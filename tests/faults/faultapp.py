@@ -26,15 +26,18 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
 import tether
 from tests.faults import effects
 from tether import App, JobState, LeaseLostError, RetentionConfig, Worker, WorkerConfig
+from tether.store.postgres import URL_SETTINGS
 
 # Worker settings for every scenario: a 3 s lease renewed every 0.5 s; dead processes
 # and expired leases are looked for four times a second.
@@ -88,7 +91,14 @@ class Effects:
     """This process's fenced writes (one connection, reopened after any error)."""
 
     def __init__(self, url: str) -> None:
+        # psycopg refuses tether's own URL parameters (``?pgbouncer=true&listen_url=``):
+        # the effect goes where the worker's store goes, without them, and never
+        # prepares a statement (a pooler in transaction mode does not keep them).
         self.url = url
+        if not url.startswith("sqlite"):
+            parts = urlsplit(url)
+            query = [(k, v) for k, v in parse_qsl(parts.query) if k not in URL_SETTINGS]
+            self.url = urlunsplit(parts._replace(query=urlencode(query)))
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.lock = asyncio.Lock()
 
@@ -110,20 +120,39 @@ class Effects:
             try:
                 if self.conn is None or self.conn.closed:
                     self.conn = await psycopg.AsyncConnection.connect(
-                        self.url, autocommit=True, connect_timeout=5
+                        self.url, autocommit=True, connect_timeout=5, prepare_threshold=None
                     )
-                cur = await self.conn.execute(
-                    effects.PG_EFFECT,
-                    {"job": job, "token": token, "attempt": attempt, "pid": os.getpid()},
-                )
-                row = await cur.fetchone()
-                return bool(row and row[0])
+                conn = self.conn
+                params = {"job": job, "token": token, "attempt": attempt, "pid": os.getpid()}
+                call = asyncio.ensure_future(self._effect(conn, params))
+                try:
+                    return await asyncio.shield(call)
+                except asyncio.CancelledError:
+                    # psycopg answers a cancelled call by asking the server to cancel it
+                    # and waiting for that (up to 10 s), which a host cut off never gets:
+                    # shut the socket down under it, so a job told to stop stops now.
+                    _sever(conn)
+                    with contextlib.suppress(BaseException):
+                        await call
+                    raise
             except BaseException:
                 conn, self.conn = self.conn, None
                 if conn is not None:
                     with contextlib.suppress(BaseException):
                         await asyncio.wait_for(conn.close(), 1.0)
                 raise
+
+    @staticmethod
+    async def _effect(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> bool:
+        cur = await conn.execute(effects.PG_EFFECT, params)
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+
+def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Shut a connection's socket down: a call waiting on it fails at once."""
+    with contextlib.suppress(Exception), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _url() -> str:

@@ -23,7 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,8 @@ class Cluster:
     urls: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespaced: set[str] = field(default_factory=set)
+    #: Per worker: how to run it on another host (``tests.faults.hosts.Host.command``).
+    on_host: dict[str, Callable[[list[str]], list[str]]] = field(default_factory=dict)
     incarnations: dict[str, int] = field(default_factory=dict)
     restarts: int = 0
     all_pids: list[int] = field(default_factory=list)
@@ -113,15 +115,26 @@ class Cluster:
     _held: set[str] = field(default_factory=set)
 
     def start(
-        self, name: str, *, url: str | None = None, own_pid_namespace: bool = False, **config: Any
+        self,
+        name: str,
+        *,
+        url: str | None = None,
+        own_pid_namespace: bool = False,
+        host: Callable[[list[str]], list[str]] | None = None,
+        **config: Any,
     ) -> Proc:
         """Start worker ``name`` (its settings are kept for restarts); with
-        ``own_pid_namespace`` it runs in a PID namespace of its own, under this host name."""
+        ``own_pid_namespace`` it runs in a PID namespace of its own, under this host name;
+        with ``host`` (a :meth:`tests.faults.hosts.Host.command`) on that host, in a
+        network and PID namespace of its own."""
         if url is not None:
             self.urls[name] = url
         if config:
             self.overrides[name] = config
         if own_pid_namespace:
+            self.namespaced.add(name)
+        if host is not None:
+            self.on_host[name] = host
             self.namespaced.add(name)
         n = self.incarnations.get(name, 0) + 1
         self.incarnations[name] = n
@@ -137,8 +150,12 @@ class Cluster:
         env.pop("TETHER_DATABASE_URL", None)
         stderr = (self.run_dir / f"worker-{name}-{n}.log").open("wb")
         cmd = [sys.executable, "-m", "tests.faults.faultapp"]
+        if name in self.on_host:
+            cmd = self.on_host[name](cmd)
+        elif name in self.namespaced:
+            cmd = [*UNSHARE, *cmd]
         popen = subprocess.Popen(
-            [*UNSHARE, *cmd] if name in self.namespaced else cmd,
+            cmd,
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

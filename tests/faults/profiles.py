@@ -65,6 +65,15 @@ SHORT: dict[str, dict[str, Any]] = {
     "sqlite_mixed": {**_MIXED_SHORT, "txn_hold": 0.5},
     "foreign_locks": _FOREIGN_SHORT,
     "sqlite_foreign_locks": _FOREIGN_SHORT,
+    "failover": {"ms": (100, 400), "failovers": 1, "gap_s": 2.0, "warm_s": 3.0, "after_s": 3.0},
+    "pgbouncer_restart": {
+        "ms": (100, 400),
+        "restarts": 2,
+        "every_s": 2.0,
+        "down_s": 0.5,
+        "after_s": 2.0,
+    },
+    "hosts": {"keep": 16, "ms": (200, 600), "rounds": 1, "seconds": 5.0, "slow_s": 2.0},
 }
 
 FULL: dict[str, dict[str, Any]] = {
@@ -88,6 +97,15 @@ FULL: dict[str, dict[str, Any]] = {
     "sqlite_mixed": {**_MIXED_FULL, "txn_hold": 0.5},
     "foreign_locks": _FOREIGN_FULL,
     "sqlite_foreign_locks": _FOREIGN_FULL,
+    "failover": {"ms": (100, 600), "failovers": 3, "gap_s": 1.0, "warm_s": 10.0, "after_s": 10.0},
+    "pgbouncer_restart": {
+        "ms": (100, 600),
+        "restarts": 10,
+        "every_s": 4.0,
+        "down_s": 1.0,
+        "after_s": 5.0,
+    },
+    "hosts": {"keep": 24, "ms": (200, 800), "rounds": 3, "seconds": 15.0, "slow_s": 10.0},
 }
 
 PROFILES = {"short": SHORT, "full": FULL}

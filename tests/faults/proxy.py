@@ -44,10 +44,12 @@ def _rst(writer: asyncio.StreamWriter) -> None:
 
 
 class FaultProxy:
-    """Listens on 127.0.0.1 (a free port) and forwards to ``target``."""
+    """Listens on ``listen_host`` (127.0.0.1 unless told; a free port) and forwards to
+    ``target``."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
+        self.listen_host = listen_host
         self.port = 0
         self.mode = "pass"
         self.latency = 0.0
@@ -103,7 +105,7 @@ class FaultProxy:
     async def _start(self) -> None:
         self._healed = asyncio.Event()
         self._healed.set()
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, self.listen_host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _stop(self) -> None:
