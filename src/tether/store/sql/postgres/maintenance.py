@@ -11,12 +11,19 @@ LIVE_WORKERS = (
     "WHERE state IN ('active', 'draining')"
 )
 MARK_DEAD = "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%(ids)s)"
-# Workers whose database session is gone, and whose heartbeat is older than the grace.
+# Workers whose database session is gone, and from whom nothing was heard within the
+# grace: neither a heartbeat of the worker nor a claim or heartbeat of one of its jobs.
+# After a failover or a server restart every recorded session looks gone, and a
+# worker's claimer may get through before its heartbeater (whose backoff is longer): the
+# lease it was just granted proves it alive, and must not be rescued from under it.
 DEAD_SESSIONS = """
-UPDATE tether_workers SET state = 'dead'
+UPDATE tether_workers w SET state = 'dead'
 WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
   AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
   AND heartbeat_at < now() - make_interval(secs => %(grace)s)
+  AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running'
+                  AND j.worker_id = w.id
+                  AND j.heartbeat_at >= now() - make_interval(secs => %(grace)s))
 RETURNING id
 """
 
