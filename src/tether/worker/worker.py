@@ -141,6 +141,7 @@ class Worker:
                 self._store,
                 self.app.config.wait_poll_interval,
                 adopt_after=self.app.config.cancellation_adopt_after,
+                retry=self.app.config.cancellation_retry,
             ),
             interval=self.config.rescue_interval,
             max_consecutive_errors=self.config.max_consecutive_errors,
