@@ -153,3 +153,58 @@ async def test_one_sigterm_stops_a_worker_gracefully_at_any_moment(
             print(run.moment, run.returncode, rows[run.pid].state if run.pid in rows else "-")
     finally:
         await app.close()
+
+
+SLOW_APP = """
+import os, time
+open("importing", "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists("release") and time.monotonic() < deadline:
+    time.sleep(0.01)
+from tether import App
+
+app = App({url!r})
+
+
+@app.task(name="nap")
+async def nap(ctx, seconds):
+    pass
+"""
+
+
+def stop_while_loading(cwd: Path) -> tuple[int | None, str]:
+    """Start a worker of ``slow:app``, SIGTERM it while the app's module still loads."""
+    proc = subprocess.Popen(
+        [TETHER, "worker", "--app", "slow:app"],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + EXIT_BOUND
+        while not (cwd / "importing").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the app never loaded"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=EXIT_BOUND)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+async def test_sigterm_while_the_app_loads_exits_at_once_without_registering(
+    db_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "slow.py").write_text(SLOW_APP.format(url=db_url))
+    code, err = stop_while_loading(tmp_path)
+    assert code == 0, err
+    assert "SIGTERM before the worker started: exiting" in err
+    app = App(db_url)
+    try:
+        assert await app.workers() == []
+    finally:
+        await app.close()
