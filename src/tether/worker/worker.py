@@ -252,7 +252,7 @@ class Worker:
         """
         if not self._started:
             self._stops_pending += 1
-            log.info("stop requested before the worker has started: stopping once started")
+            log.info("stop requested before the worker has started; kept until it has")
             return
         if self._stop_task is None:
             log.info("stopping: no new claims; running jobs get %.0fs", self.config.stop_timeout)
