@@ -129,7 +129,7 @@ async def test_one_sigterm_stops_a_worker_gracefully_at_any_moment(
         for i in range(RUNS):
             moment = ("spawn", "starting", "metrics", "started")[i % 4]
             delay = {
-                "spawn": rng.uniform(0.0, 1.5),  # importing, opening the app
+                "spawn": rng.uniform(0.0, 3.0),  # importing, opening the app
                 "starting": rng.uniform(0.0, 0.05),  # registering, recovering, starting
                 "metrics": 0.0,  # the endpoint answers before the worker has started
                 "started": rng.uniform(0.0, 0.5),  # claiming and running jobs
