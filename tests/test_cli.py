@@ -222,8 +222,11 @@ def test_enqueue_reads_args_from_a_file_and_stdin(
         ("hello", '{"name": NaN}', "not JSON"),
         ("nope", "{}", "unknown task 'nope'"),
         ("hello", json.dumps({"name": "x" * (1024 * 1024 + 1)}), "the limit is"),
+        ("hello", '{"name": ' + "[" * 65 + "]" * 65 + "}", "nests deeper than 64 levels"),
+        # Deeper than the parser's stack: refused the same way, not with a traceback.
+        ("hello", '{"name": ' + "[" * 5000 + "]" * 5000 + "}", "nests deeper than 64 levels"),
     ],
-    ids=["bad-json", "not-an-object", "nan", "unknown-task", "oversized"],
+    ids=["bad-json", "not-an-object", "nan", "unknown-task", "oversized", "deep", "deeper"],
 )
 def test_enqueue_bad_input_exits_2_and_writes_nothing(
     runner: CliRunner, app_ref: str, sqlite_url: str, task: str, args: str, needle: str

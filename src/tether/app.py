@@ -605,6 +605,7 @@ class App:
             await self.store(),
             self.config.wait_poll_interval,
             adopt_after=self.config.cancellation_adopt_after,
+            retry=self.config.cancellation_retry,
         )
 
     async def wait_cancelled(self, job_id: int, timeout: float) -> tuple[bool, builtins.list[str]]:

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from tether import hints as h
 from tether import metrics
+from tether.config import StoreRetry
 from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError, StoreError
 from tether.job import CancellationRow, Job, JobFilter
 from tether.states import JobState
@@ -39,10 +40,9 @@ STOPPED = {"task_cancelled", "sigterm", "sigkill"}
 #: A record nobody settled this long after it began (plus the wait its canceller asked
 #: for) has lost its canceller: the follow-up settles it from the job states.
 ADOPT_AFTER = 30.0
-#: Backoff before each retry of a store call that failed (a transient fault); the
-#: record says ``failed`` only after the last one.
-RETRY_DELAYS = (0.05, 0.2, 0.8)
 SETTLE_STEP = "settle_from_job_states"
+#: Retries of each store call before a record ends ``failed`` (AppConfig.cancellation_retry).
+DEFAULT_RETRY = StoreRetry()
 log = logging.getLogger("tether.cancellation")
 T = TypeVar("T")
 
@@ -143,20 +143,22 @@ class CancellationService:
         poll_interval: float,
         *,
         adopt_after: float = ADOPT_AFTER,
-        retry_delays: tuple[float, ...] = RETRY_DELAYS,
+        retry: StoreRetry = DEFAULT_RETRY,
     ) -> None:
         self.store = store
         self._poll = poll_interval
         self._adopt_after = adopt_after
-        self._retry_delays = retry_delays
+        self._retry_policy = retry
 
     async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``, tried again with backoff while the store fails transiently."""
-        for delay in self._retry_delays:
+        """``call()``, tried again with backoff while the store fails transiently; the
+        last try's ``StoreError`` is raised."""
+        for attempt in range(1, self._retry_policy.attempts):
             try:
                 return await call()
             except StoreError as exc:
-                log.warning("cancellation: store call failed (%s); retrying in %gs", exc, delay)
+                delay = self._retry_policy.backoff.delay(attempt)
+                log.warning("cancellation: store call failed (%s); retrying in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
         return await call()
 
@@ -174,21 +176,36 @@ class CancellationService:
         """Cancel ``job_id``; see :meth:`tether.App.cancel`."""
         started = time.monotonic()
         metrics.cancellation_requested(force)
-        job = await self.store.get(job_id)
+        job = await self._retry(lambda: self.store.get(job_id))
         if job is None:
             raise JobNotFoundError(job_id)
+        cancellation_id = f"cancel-{secrets.token_hex(6)}"
         if request_id is None and job.state in LIVE:
             # Ask first, so the worker hears of it now; the record follows. A request is
             # idempotent, so a concurrent one changes nothing, and the record (one per
-            # job while in progress) shows which request leads.
-            requested = await self.store.request_cancel(job_id, reason, force, actor, cascade)
-            row, created = await self.store.create_cancellation(
-                f"cancel-{secrets.token_hex(6)}", job_id, None, reason, force, cascade, actor
+            # job while in progress) shows which request leads. Every store call is
+            # retried: one transient fault must not fail the cancellation.
+            try:
+                requested = await self._retry(
+                    lambda: self.store.request_cancel(job_id, reason, force, actor, cascade)
+                )
+            except StoreError as exc:
+                await self._record_refusal(
+                    cancellation_id, job, reason, force, cascade, actor, exc, started
+                )
+                raise
+            row, created = await self._retry(
+                lambda: self.store.create_cancellation(
+                    cancellation_id, job_id, None, reason, force, cascade, actor
+                )
             )
-            if created:
+            # Not created, yet ours: an earlier try committed but its answer was lost.
+            if created or row.id == cancellation_id:
                 return await self._run(row, job, wait, started, requested)
             return await self._follow(job, wait, started)
-        existing = await self.store.get_cancellation(job_id=job_id, request_id=request_id)
+        existing = await self._retry(
+            lambda: self.store.get_cancellation(job_id=job_id, request_id=request_id)
+        )
         if existing is not None and existing.job_id != job_id:
             raise InvalidJobError(
                 f"request id {request_id!r} belongs to the cancellation of job {existing.job_id}"
@@ -202,12 +219,61 @@ class CancellationService:
         if existing is None and job.state is JobState.CANCELLED:
             return _summary(job, "already_cancelled", started)
         if existing is None:
-            row, created = await self.store.create_cancellation(
-                f"cancel-{secrets.token_hex(6)}", job_id, request_id, reason, force, cascade, actor
+            row, created = await self._retry(
+                lambda: self.store.create_cancellation(
+                    cancellation_id, job_id, request_id, reason, force, cascade, actor
+                )
             )
-            if created:
+            if created or row.id == cancellation_id:
                 return await self._run(row, job, wait, started)
         return await self._follow(job, wait, started)
+
+    async def _record_refusal(
+        self,
+        cancellation_id: str,
+        job: Job,
+        reason: str,
+        force: bool,
+        cascade: bool,
+        actor: str | None,
+        exc: StoreError,
+        started: float,
+    ) -> None:
+        """The request itself failed after every retry: record the cancellation as
+        ``failed`` with the error (the caller gets the error too). If even that cannot
+        be written, the follow-up settles what was written later."""
+        t0 = _now()
+        cause = f"{type(exc).__name__}: {exc}"
+        log.error("cancellation of job %d: could not ask for it (%s); it failed", job.id, cause)
+        try:
+            row, created = await self._retry(
+                lambda: self.store.create_cancellation(
+                    cancellation_id, job.id, None, reason, force, cascade, actor
+                )
+            )
+            if not (created or row.id == cancellation_id):
+                return  # another cancellation of the job leads; it stands
+            step = CancellationStep(
+                "request", "failed", t0, _now(), {"state_before": job.state.value}, cause
+            )
+            result: dict[str, Any] = {
+                "errors": [cause],
+                "duration_seconds": round(time.monotonic() - started, 6),
+            }
+            if await self._retry(
+                lambda: self.store.update_cancellation(
+                    cancellation_id,
+                    "failed",
+                    [dataclasses.asdict(step)],
+                    result,
+                    cause,
+                    True,
+                    expect="initiated",
+                )
+            ):
+                metrics.cancellation_finished("failed", result)
+        except StoreError as again:
+            log.error("cancellation of job %d: could not record its failure: %s", job.id, again)
 
     async def _follow(self, job: Job, wait: float, started: float) -> CancellationResult:
         """Another request got there first: answer with its record, once it settles."""
@@ -233,9 +299,11 @@ class CancellationService:
         status = "completed"
         result: dict[str, Any] = {}
         current = row.status
+        doing = "request"  # the step under way, for a record that ends failed
 
         async def progress(step: CancellationStep, next_status: str) -> None:
-            nonlocal current
+            nonlocal current, doing
+            doing = f"record {step.name}"
             steps.append(step)
             written = await self._retry(
                 lambda: self.store.update_cancellation(
@@ -251,6 +319,7 @@ class CancellationService:
             if not written:
                 raise _Superseded
             current = next_status
+            doing = next_status
 
         try:
             # 1. Stop new assignment: cancel what is not running, flag what is, and (with
@@ -382,6 +451,9 @@ class CancellationService:
             }
         except _Superseded:
             return await self._answer(job, started)
+        except StoreError as exc:
+            # A store fault that outlasted every retry (each call was retried).
+            return await self._fail(row, job, steps, current, doing, exc, started)
         except Exception as exc:
             # The job states, not this error, decide how the record ends: a job that is
             # in fact cancelled with nothing left to do is not a failed cancellation.
@@ -410,14 +482,57 @@ class CancellationService:
                 )
             )
         except StoreError as exc:
-            # The record stays open; a follow-up settles it from the job states later.
-            return await self._answer(job, started, f"{type(exc).__name__}: {exc}")
+            return await self._fail(row, job, steps, current, "record the result", exc, started)
         if not written:
             return await self._answer(job, started)
         latest = await self.store.get(job.id) or job
         record = await self.store.get_cancellation(job_id=job.id, request_id=None)
         assert record is not None
         return _from_record(record_from_row(record), latest, started)
+
+    async def _fail(
+        self,
+        row: CancellationRow,
+        job: Job,
+        steps: list[CancellationStep],
+        current: str,
+        doing: str,
+        exc: StoreError,
+        started: float,
+    ) -> CancellationResult:
+        """End the record ``failed`` with the store's error once the retries are spent.
+
+        The steps done so far stay, followed by one that names what failed. If even this
+        write fails, the record stays open and the follow-up settles it later (see
+        :meth:`adopt_stale`).
+        """
+        cause = f"{type(exc).__name__}: {exc}"
+        tries = self._retry_policy.attempts
+        log.error(
+            "cancellation %s: %s failed %d times (%s); it failed", row.id, doing, tries, cause
+        )
+        now = _now()
+        failed = CancellationStep("store_fault", "failed", now, now, {"during": doing}, cause)
+        result: dict[str, Any] = {
+            "errors": [cause],
+            "duration_seconds": round(time.monotonic() - started, 6),
+        }
+        try:
+            if await self._retry(
+                lambda: self.store.update_cancellation(
+                    row.id,
+                    "failed",
+                    [*(dataclasses.asdict(s) for s in steps), dataclasses.asdict(failed)],
+                    result,
+                    cause,
+                    True,
+                    expect=current,
+                )
+            ):
+                metrics.cancellation_finished("failed", result)
+        except StoreError as again:
+            log.error("cancellation %s: could not record its failure either: %s", row.id, again)
+        return await self._answer(job, started, cause)
 
     async def _answer(
         self, job: Job, started: float, error: str | None = None

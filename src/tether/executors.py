@@ -129,7 +129,14 @@ class ProcessHandle:
             name=f"tether-job-{ctx.job.id}",
             daemon=True,
         )
-        self.proc.start()
+        # The child starts with SIGTERM and SIGINT blocked (a signal mask survives the
+        # spawn's exec) and unblocks them once its handler is in place: a stop sent
+        # while it still starts up waits for it instead of killing it.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)
+        try:
+            self.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child_conn.close()
         self.loop.add_reader(self._conn.fileno(), self._on_message)
         self.loop.add_reader(self.proc.sentinel, self._on_exit)
@@ -268,6 +275,10 @@ class ProcessJobContext:
         self._conn.send(("usage", amount))
 
 
+#: Signals a job process only takes from its worker, once it is ready for them.
+_CHILD_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def _child_main(
     module: str,
     qualname: str,
@@ -281,13 +292,18 @@ def _child_main(
     ctx = ProcessJobContext(job_id, attempt, checkpoint, conn)
 
     def on_term(signum: int, frame: object) -> None:
-        why = reason.value.decode() or "cancel"
+        why = reason.value.decode()
+        if not why:
+            # Not from the worker (which names its reason first) but, say, a SIGTERM to
+            # the whole process group: the worker decides what happens to this job.
+            return
         if why == "shutdown":
             ctx.stopping.set(why)
         ctx.cancelled.set(why)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides, not Ctrl-C
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)  # blocked by the parent
     try:
         target: Any = importlib.import_module(module)
         for part in qualname.split("."):

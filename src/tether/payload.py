@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -18,7 +19,7 @@ def encode(value: Any) -> str:
     if value is None:  # most handlers return nothing
         return "null"
     if depth_over(value):
-        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels of lists and objects")
+        raise ValueError(TOO_DEEP)
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -36,6 +37,7 @@ def printable(text: str) -> str:
 MAX_DEPTH = 64
 """The deepest nesting of lists and objects a payload may have (args, checkpoints,
 results). Deeper JSON could be stored but not read back by every client."""
+TOO_DEEP = f"it nests deeper than {MAX_DEPTH} levels of lists and objects"
 
 
 def depth_over(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -54,6 +56,28 @@ def depth_over(value: Any, limit: int = MAX_DEPTH) -> bool:
             return True
         stack.extend((child, level + 1) for child in children)
     return False
+
+
+# A JSON string, whatever brackets it holds.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# A bracket's step in depth, by its byte.
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+
+
+def text_depth_over(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON ``text`` nests lists and objects more than ``limit`` levels deep,
+    found by a scan rather than a parse: the answer cannot depend on how much stack a
+    parser has left (a tracer such as coverage's, or a deep caller, leaves it less), so
+    deep input is refused the same way before any parser sees it."""
+    data = text.encode() if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # too few brackets to be deeper, wherever they are
+    # The brackets outside strings; the deepest point is the largest running sum.
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit
 
 
 def readable(value: Any) -> Any:

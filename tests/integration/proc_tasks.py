@@ -85,6 +85,21 @@ def lose_pipe_then_crash(ctx: Any) -> None:
     os._exit(3)
 
 
+def until_file(ctx: Any, path: str) -> str:
+    """Checks for cancellation in its loop until ``path`` exists, then returns; counts
+    its rounds in ``path.rounds``."""
+    ctx.save_checkpoint({"pid": os.getpid()})
+    deadline = time.monotonic() + LIFETIME
+    rounds = 0
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        ctx.check_cancelled()
+        rounds += 1
+        with open(f"{path}.rounds", "w") as out:
+            out.write(str(rounds))
+        time.sleep(0.01)
+    return "done"
+
+
 def whoami(ctx: Any) -> dict[str, Any]:
     """What the context says about the job it runs."""
     return {"id": ctx.id, "attempt": getattr(ctx, "attempt", None)}
@@ -99,6 +114,7 @@ NAMES: dict[str, Callable[..., Any]] = {
     "crash": crash,
     "lose_pipe_then_crash": lose_pipe_then_crash,
     "whoami": whoami,
+    "until_file": until_file,
 }
 
 

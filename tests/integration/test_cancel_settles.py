@@ -13,10 +13,13 @@ import signal
 import sys
 from typing import Any
 
+import pytest
+
 import tether
 from tests.helpers import eventually, fast_config
-from tether import App, JobState, StoreError, Worker
+from tether import App, JobState, RetryPolicy, StoreError, Worker
 from tether.cancellation import CancellationService
+from tether.config import StoreRetry
 from tether.maintenance import CancellationFollowUp
 from tether.store import Store
 
@@ -149,6 +152,98 @@ async def test_a_step_that_fails_once_is_retried_and_the_record_completes(app: A
     assert flaky.left == 0, "the fault was injected"
     assert (result.status, result.success, result.errors) == ("completed", True, [])
     assert result.tasks_cancelled == [job.id]
+
+
+#: Quick retries, so a test that spends them all stays short.
+QUICK = StoreRetry(attempts=4, backoff=RetryPolicy(base_delay=0.01, factor=2.0, jitter=0.0))
+
+
+async def test_a_cancel_whose_first_request_fails_once_is_retried_and_completes(
+    app: App,
+) -> None:
+    @app.task(name="work")
+    async def work(ctx: tether.JobContext) -> None:
+        return None
+
+    job = await work.enqueue()
+    flaky = FailingStore(await app.store(), "request_cancel", StoreError("blip"))
+    service = CancellationService(flaky, 0.05, retry=QUICK)  # type: ignore[arg-type]
+    result = await service.cancel(
+        job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
+    )
+    assert flaky.left == 0, "the fault was injected"
+    assert (result.status, result.success, result.errors) == ("completed", True, [])
+    assert (await app.get(job.id)).state is JobState.CANCELLED
+
+
+async def test_a_cancel_whose_request_keeps_failing_is_recorded_failed_with_the_error(
+    app: App,
+) -> None:
+    @app.task(name="work")
+    async def work(ctx: tether.JobContext) -> None:
+        return None
+
+    job = await work.enqueue()
+    down = FailingStore(await app.store(), "request_cancel", StoreError("down"), QUICK.attempts)
+    service = CancellationService(down, 0.05, retry=QUICK)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="down"):
+        await service.cancel(
+            job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
+        )
+    assert down.left == 0, "every try failed"
+    record = await app.cancellation(job.id)
+    assert record is not None and (record.status, record.error) == ("failed", "StoreError: down")
+    assert [(s.name, s.status) for s in record.steps] == [("request", "failed")]
+    assert (await app.get(job.id)).state is JobState.QUEUED  # it was never asked to stop
+    # Once the store answers again, a new cancel works (the failed record is final).
+    again = await app.cancel(job.id, wait=1)
+    assert again.status == "completed" and again.cancellation_id != record.id
+
+
+async def test_a_record_whose_writes_keep_failing_ends_failed_with_the_error(app: App) -> None:
+    @app.task(name="work")
+    async def work(ctx: tether.JobContext) -> None:
+        return None
+
+    job = await work.enqueue()
+    down = FailingStore(
+        await app.store(), "update_cancellation", StoreError("down"), QUICK.attempts
+    )
+    service = CancellationService(down, 0.05, retry=QUICK)  # type: ignore[arg-type]
+    result = await service.cancel(
+        job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
+    )
+    assert down.left == 0, "every try of the first write failed"
+    assert (result.status, result.success) == ("failed", False)
+    assert result.errors == ["StoreError: down"]
+    record = await app.cancellation(job.id)
+    assert record is not None and (record.status, record.error) == ("failed", "StoreError: down")
+    fault = record.steps[-1]
+    assert (fault.name, fault.status, fault.details) == (
+        "store_fault",
+        "failed",
+        {"during": "record request"},
+    )
+
+
+async def test_a_record_nobody_could_write_is_settled_by_the_follow_up(app: App) -> None:
+    @app.task(name="work")
+    async def work(ctx: tether.JobContext) -> None:
+        return None
+
+    job = await work.enqueue()
+    store = await app.store()
+    down = FailingStore(store, "update_cancellation", StoreError("down"), times=1000)
+    service = CancellationService(down, 0.05, retry=QUICK)  # type: ignore[arg-type]
+    result = await service.cancel(
+        job.id, reason="r", force=False, cascade=True, wait=0, actor=None, request_id=None
+    )
+    assert result.status == "initiated" and "StoreError: down" in result.errors
+    # The store answers again; the canceller has given up: the follow-up settles it.
+    assert await follow_up(store).run_once() == [result.cancellation_id]
+    record = await app.cancellation(job.id)
+    assert record is not None and record.status == "completed"
+    assert record.steps[-1].name == SETTLE_STEP
 
 
 async def test_a_record_never_says_failed_while_its_job_is_cancelled_with_nothing_left(

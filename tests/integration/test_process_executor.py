@@ -63,6 +63,35 @@ async def test_cooperative_process_job_stops_on_sigterm(app: App, workers: Start
     assert _gone(pid)
 
 
+async def test_a_sigterm_its_worker_did_not_send_leaves_a_process_job_running(
+    app: App, workers: StartWorker, tmp_path: Path
+) -> None:
+    tasks = register(app, max_attempts=1)
+    await workers()
+    release = tmp_path / "release"
+    job = await tasks["until_file"].enqueue(path=str(release))
+    pid = await eventually(lambda: _started(app, job.id), timeout=30)
+    # As systemd (KillMode=control-group) or a terminal's Ctrl-C signal the whole group:
+    # the worker decides what becomes of its jobs, not the signal.
+    os.kill(pid, signal.SIGTERM)
+    rounds = tmp_path / "release.rounds"
+
+    def counted() -> int:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return int(rounds.read_text())
+        return 0
+
+    after = counted()
+
+    async def looped_since() -> bool:  # so it has checked for cancellation since
+        return counted() >= after + 2
+
+    await eventually(looped_since, timeout=30)
+    release.touch()
+    done = await eventually(lambda: _in_state(app, job.id, JobState.SUCCEEDED), timeout=30)
+    assert done.result == "done"
+
+
 async def test_process_job_checkpoints_reports_progress_and_returns_a_result(
     app: App, workers: StartWorker
 ) -> None:

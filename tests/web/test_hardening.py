@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import json
 import logging
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -56,6 +58,28 @@ async def test_deeply_nested_args_are_refused_before_anything_is_stored(
     assert await tapp.list() == []
     ok = await authed.post("alice", "/api/jobs", json={"task": "echo", "args": {"a": nested(40)}})
     assert ok.status_code == 201
+
+
+async def test_deep_nesting_is_refused_the_same_way_with_little_stack_left(
+    tapp: App, authed: Client
+) -> None:
+    # As under a tracer (coverage's) or a deep caller: a JSON parser recursing once per
+    # level runs out of stack at a few hundred levels. The answer must not change.
+    bodies = [
+        json.dumps({"task": "echo", "args": {"a": nested(depth)}}) for depth in (300, 900)
+    ] + ["[" * 5000]  # not even JSON, but a parser would recurse into it all the same
+    headers = {"Content-Type": "application/json"}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 250)
+    try:
+        answers = [
+            await authed.post("alice", "/api/jobs", content=body, headers=headers)
+            for body in bodies
+        ]
+    finally:
+        sys.setrecursionlimit(limit)
+    assert [(r.status_code, r.json()["code"]) for r in answers] == [(422, "invalid_job")] * 3
+    assert await tapp.list() == []
 
 
 async def test_a_deep_job_stored_before_the_limit_does_not_break_any_listing(

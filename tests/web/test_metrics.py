@@ -103,5 +103,14 @@ def test_worker_serves_its_metrics(tmp_path: Path) -> None:
         assert "tether_heartbeat_failures_total" in res.text
         assert "tether_lease_losses_total" in res.text
     finally:
+        # Sent as soon as the endpoint answers, which can be before the worker has
+        # finished starting: one signal must still stop it. A worker that did not stop
+        # is killed, never left behind, and fails the test.
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        try:
+            proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, proc.returncode

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from tether import display
+from tether import display, payload
 from tether.cancellation import CancellationRecord
 from tether.cli.cancel import RECORD_STYLES
 from tether.cli.common import (
@@ -31,6 +31,7 @@ from tether.cli.common import (
     run,
 )
 from tether.cli.output import Cell, Column, Row, details, listing, out, print_json, table, watching
+from tether.errors import InvalidJobError
 from tether.job import JSON, Job, JobEvent
 from tether.states import JobState
 from tether.task import EnqueueOptions
@@ -77,6 +78,8 @@ def enqueue(
 ) -> None:
     """Enqueue one job and print its id and state."""
     text = _read_args(args)
+    if payload.text_depth_over(text):  # before the parser, whose stack could run out
+        raise InvalidJobError(f"--args cannot be stored: {payload.TOO_DEEP}")
     try:
         parsed: JSON = json.loads(text)
     except json.JSONDecodeError as exc:

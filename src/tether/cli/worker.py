@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import sys
+from collections.abc import Callable
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -35,6 +38,9 @@ from tether.job import WorkerInfo
 from tether.logs import JsonFormatter
 from tether.ops import LeaderInfo
 from tether.worker import Worker
+
+#: The signals that stop a worker: the first gracefully, a second at once.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @friendly
@@ -154,41 +160,59 @@ def worker(
     still runs then goes back to the queue with its checkpoint, without spending an
     attempt. A second signal releases them at once.
     """
-    level = parse_log_level(log_level)
-    if log_format not in ("text", "json"):
-        fail(f"unknown --log-format {log_format!r}: use text or json", EXIT_USAGE)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        JsonFormatter()
-        if log_format == "json"
-        else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    )
-    logging.basicConfig(level=level, handlers=[handler])
-    # A long-running worker logs every connection failure, with its timestamp.
-    logging.getLogger("psycopg.pool").propagate = True
-    app = open_app(database, app_ref, create=True)
-    if retain:
-        app.config = dataclasses.replace(
-            app.config, retention=retention_from(app.config.retention, retain)
+    # A signal before the worker exists leaves at once: nothing is registered or held
+    # yet. (Python's defaults would kill the process on SIGTERM and print a traceback
+    # on SIGINT.)
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    _on_stop_signal(_exit_before_start)
+    try:
+        level = parse_log_level(log_level)
+        if log_format not in ("text", "json"):
+            fail(f"unknown --log-format {log_format!r}: use text or json", EXIT_USAGE)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            JsonFormatter()
+            if log_format == "json"
+            else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
         )
-    set_pool_size(app, pool_size)
-    queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
-    config = WorkerConfig(
-        concurrency=concurrency,
-        queues=queues,
-        name=name,
-        stop_timeout=stop_timeout,
-        max_abandoned_threads=max_abandoned_threads,
-        lease_duration=lease,
-        heartbeat_interval=heartbeat,
-        cancel_grace=cancel_grace,
-        ramp_window=ramp_window,
-    )
-    w = Worker(app, config)
-    if metrics_port is not None:
-        _serve_metrics(metrics_host, metrics_port)
-    logging.getLogger("tether.cli").info("database %s", display.redact_url(app.url))
-    run(app, w.run(handle_signals=True))
+        logging.basicConfig(level=level, handlers=[handler])
+        # A long-running worker logs every connection failure, with its timestamp.
+        logging.getLogger("psycopg.pool").propagate = True
+        app = open_app(database, app_ref, create=True)
+        if retain:
+            app.config = dataclasses.replace(
+                app.config, retention=retention_from(app.config.retention, retain)
+            )
+        set_pool_size(app, pool_size)
+        queues = tuple(dict.fromkeys(queue)) if queue else _app_queues(app)
+        config = WorkerConfig(
+            concurrency=concurrency,
+            queues=queues,
+            name=name,
+            stop_timeout=stop_timeout,
+            max_abandoned_threads=max_abandoned_threads,
+            lease_duration=lease,
+            heartbeat_interval=heartbeat,
+            cancel_grace=cancel_grace,
+            ramp_window=ramp_window,
+        )
+        w = Worker(app, config)
+        # From here a signal is a stop request: one made before run() installs its own
+        # handler is kept by the worker, which then does not start. (Python runs a signal
+        # caught meanwhile through the old handler before it installs the new one.)
+        _on_stop_signal(lambda signum, frame: w.request_stop())
+        if metrics_port is not None:
+            _serve_metrics(metrics_host, metrics_port)
+        logging.getLogger("tether.cli").info("database %s", display.redact_url(app.url))
+        run(app, w.run(handle_signals=True))
+    except BaseException:
+        # Failed (or called in-process, as by tests): leave the handlers as they were.
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        raise
+    # The loop's close put the default handlers back; the worker has stopped, so a late
+    # signal must not turn a clean exit into a kill.
+    _on_stop_signal(signal.SIG_IGN)
     # Thread handlers cannot be interrupted: one that ignored its cancel request is
     # abandoned (its lease settled, its writes fenced off) but its thread runs on.
     # Those threads are not daemons, so a normal exit would join them and the process
@@ -198,6 +222,18 @@ def worker(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(w.exit_code)
+
+
+def _on_stop_signal(handler: signal.Handlers | Callable[[int, FrameType | None], None]) -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
+
+
+def _exit_before_start(signum: int, frame: FrameType | None) -> None:
+    logging.getLogger("tether.cli").info(
+        "%s before the worker started: exiting", signal.Signals(signum).name
+    )
+    raise SystemExit(0)
 
 
 def _app_queues(app: App) -> tuple[str, ...]:

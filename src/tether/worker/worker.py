@@ -71,6 +71,9 @@ class Worker:
         self._done = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
         self._stop_started = False
+        # Stop requests made before start() had finished (see request_stop).
+        self._stops_pending = 0
+        self._started = False
         self._hard = asyncio.Event()
         #: Handlers that have not ended yet (``running`` also holds jobs whose outcome
         #: is still being written).
@@ -140,6 +143,7 @@ class Worker:
                 self._store,
                 self.app.config.wait_poll_interval,
                 adopt_after=self.app.config.cancellation_adopt_after,
+                retry=self.app.config.cancellation_retry,
             ),
             interval=self.config.rescue_interval,
             max_consecutive_errors=self.config.max_consecutive_errors,
@@ -182,6 +186,11 @@ class Worker:
             self._tasks.append(asyncio.create_task(self._forward_hints(), name="tether-hints"))
         else:
             self._tasks.append(asyncio.create_task(self.completer.run(), name="tether-completer"))
+        # No await from here on: a stop requested while starting is pending now, and
+        # any later one finds the worker started.
+        self._started = True
+        for _ in range(min(self._stops_pending, 2)):
+            self.request_stop()
 
     async def _open(self) -> None:
         """A graceful opening: recover orphans first, then (if set) start gradually.
@@ -219,24 +228,35 @@ class Worker:
             )
 
     async def run(self, *, handle_signals: bool = False) -> None:
-        """Start and run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
-        loop = asyncio.get_running_loop()
-        early: list[int] = []
+        """Start and run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
+
+        A stop requested before the start (see :meth:`request_stop`) returns at once,
+        without registering; one requested while starting takes effect as soon as the
+        worker has started.
+        """
         if handle_signals:
-            # Caught from the start: a signal during start-up (the claimer may already
-            # hold jobs) stops gracefully once started, instead of killing the process.
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, early.append, sig)
-        await self.start()
-        if handle_signals:
+            # One handler for the worker's whole life, installed before anything else:
+            # request_stop() itself knows whether the worker has started yet, so no
+            # signal can fall between two handlers.
+            loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
-            for _ in early[:2]:
-                self.request_stop()
+        if self._stops_pending:
+            log.info("stopped before starting: nothing was registered")
+            return
+        await self.start()
         await self._done.wait()
 
     def request_stop(self) -> None:
-        """First call: graceful stop. Second call: stop at once."""
+        """First call: graceful stop. Second call: stop at once.
+
+        Safe at any moment, also from a signal handler: before :meth:`start` has
+        finished, the request is kept, and :meth:`start` acts on it as its last step.
+        """
+        if not self._started:
+            self._stops_pending += 1
+            log.info("stop requested before the worker has started; kept until it has")
+            return
         if self._stop_task is None:
             log.info("stopping: no new claims; running jobs get %.0fs", self.config.stop_timeout)
             self._halt_claims()  # now, not when the stop task first runs

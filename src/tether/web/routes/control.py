@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Path, Query
 
 from tether import names
+from tether.web.body import JsonRoute
 from tether.web.models import (
     AuditOut,
     AuditPage,
@@ -26,7 +27,7 @@ from tether.web.routes import ERRORS
 from tether.web.routes.jobs import RECORD_FIELDS, Limit, Offset
 from tether.web.security import ADMINS, ALL_ROLES, Caller, require, totals_allowed
 
-router = APIRouter(responses=ERRORS)
+router = APIRouter(responses=ERRORS, route_class=JsonRoute)
 
 QueueName = Annotated[str, Path(pattern=names.NAME_PATTERN, description="Queue.")]
 RUNNING_SHOWN = 10_000  # running jobs listed across all workers (the running set is small)

@@ -13,6 +13,7 @@ from tether.errors import JobNotFoundError
 from tether.job import Job
 from tether.states import JobState
 from tether.task import EnqueueOptions
+from tether.web.body import JsonRoute
 from tether.web.errors import ApiError
 from tether.web.models import (
     MAX_ID,
@@ -36,7 +37,7 @@ from tether.web.routes import ERRORS
 from tether.web.security import ALL_ROLES, WRITERS, Caller, require
 from tether.web.settings import MAX_PAGE_SIZE
 
-router = APIRouter(tags=["jobs"], responses=ERRORS)
+router = APIRouter(tags=["jobs"], responses=ERRORS, route_class=JsonRoute)
 
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="The job id.")]
 NAME = r"^[^\x00-\x1f\x7f]+$"

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel
 
 from tether.ops import ScheduleRow
+from tether.web.body import JsonRoute
 from tether.web.routes import ERRORS
 from tether.web.security import ADMINS, ALL_ROLES, Caller, require
 
-router = APIRouter(responses=ERRORS)
+router = APIRouter(responses=ERRORS, route_class=JsonRoute)
 
 ScheduleName = Annotated[
     str,

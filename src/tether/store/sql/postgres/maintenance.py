@@ -10,7 +10,11 @@ LIVE_WORKERS = (
     "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
     "WHERE state IN ('active', 'draining')"
 )
-MARK_DEAD = "UPDATE tether_workers SET state = 'dead' WHERE id = ANY(%(ids)s)"
+# Only still live: a worker that stopped after LIVE_WORKERS was read stays stopped.
+MARK_DEAD = (
+    "UPDATE tether_workers SET state = 'dead' "
+    "WHERE id = ANY(%(ids)s) AND state IN ('active', 'draining')"
+)
 # Workers whose database session is gone, and from whom nothing was heard within the
 # grace: neither a heartbeat of the worker nor a claim or heartbeat of one of its jobs.
 # After a failover or a server restart every recorded session looks gone, and a

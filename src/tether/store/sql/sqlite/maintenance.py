@@ -10,7 +10,10 @@ LIVE_WORKERS = (
     "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
     "WHERE state IN ('active', 'draining')"
 )
-MARK_DEAD = f"UPDATE tether_workers SET state = 'dead' WHERE id IN {each('ids')}"
+MARK_DEAD = (
+    f"UPDATE tether_workers SET state = 'dead' WHERE id IN {each('ids')} "
+    "AND state IN ('active', 'draining')"
+)
 # No sessions to look at on SQLite: a worker elsewhere is judged by lease expiry.
 DEAD_SESSIONS = None
 
