@@ -141,7 +141,7 @@ class EnqueueSql(SqlBase):
         pairs = [(new[i].id, d) for i in fresh if i in new for d in deps[i]]
         if pairs:
             await tx.run(q.INSERT_DEPENDENCIES, q.dependency_rows(pairs))
-        if outside:
+        if outside and q.MARK_UPSTREAM is not None:
             await tx.run(q.MARK_UPSTREAM, {"ids": outside})
         out = []
         for i, j in enumerate(jobs):

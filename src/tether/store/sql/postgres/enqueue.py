@@ -38,9 +38,13 @@ WHERE idempotency_key = ANY(%(keys)s) AND id NOT IN (SELECT id FROM released)
 # earlier entries of the batch are known first.
 NEW_IDS = "SELECT nextval('tether_jobs_id_seq') FROM generate_series(1, %(n)s)"
 
-# FOR SHARE: an upstream job cannot finish between this check and our commit, so its
-# trigger will see the new dependencies.
-DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR SHARE"
+# FOR KEY SHARE: an upstream job cannot be deleted (nor pruned) before our commit; its
+# heartbeat, its outcome and any other update go on. That it cannot end unseen is the
+# deferred trigger's work (tether_dependency_added, migration 0024): at commit it marks
+# the upstream has_dependents and, if it ended meanwhile, applies its workflow step to
+# the new dependents. A caller's transaction (connection=) may stay open for long, so
+# nothing here may hold a lock that a worker's update of the upstream waits for.
+DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR KEY SHARE"
 
 # Every enqueue, one statement for the whole batch. Jobs whose ids were drawn already
 # (see NEW_IDS) arrive with them; the others take theirs here, in row order.
@@ -90,9 +94,8 @@ def dependency_rows(pairs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
     return {"job_ids": [a for a, _ in pairs], "depends_on": [b for _, b in pairs]}
 
 
-MARK_UPSTREAM = (
-    "UPDATE tether_jobs SET has_dependents = true WHERE id = ANY(%(ids)s) AND NOT has_dependents"
-)
+# Done at commit by the deferred trigger tether_dependency_added (see DEPENDENCY_STATES).
+MARK_UPSTREAM = None
 
 SPAWN = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,

@@ -70,7 +70,7 @@ WHERE id IN (SELECT id FROM tether_jobs
                      WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
              AND state = 'running'
              AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
-             ORDER BY id FOR UPDATE)
+             ORDER BY id FOR NO KEY UPDATE)
 RETURNING {JOB_COLUMNS}
 """
 # The transition trigger NOTIFYs tether_enqueued for the jobs a rescue puts back in line
