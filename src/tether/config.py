@@ -323,11 +323,17 @@ class MaintenanceConfig:
     leader_renew_interval: float = 1.0
     # How often the leader looks for due schedule ticks.
     schedule_interval: float = 1.0
+    # How often the leader looks through a batch of blocked jobs for any that wait on
+    # something that has already happened (maintenance/releaser.py), and how many.
+    release_interval: float = 5.0
+    release_batch: int = 500
 
     def __post_init__(self) -> None:
         _positive("leader_ttl", self.leader_ttl)
         _positive("leader_renew_interval", self.leader_renew_interval)
         _positive("schedule_interval", self.schedule_interval)
+        _positive("release_interval", self.release_interval)
+        _positive("release_batch", self.release_batch)
         if self.leader_renew_interval >= self.leader_ttl:
             raise ConfigError("leader_renew_interval must be shorter than leader_ttl")
 

@@ -51,6 +51,28 @@ class MaintenanceSql(SqlBase):
 
         return await self._transact(body)
 
+    # -- blocked jobs that wait on something that has already happened ------------------
+
+    async def release_stuck(self, after: int, limit: int) -> tuple[list[int], int | None]:
+        q = self.sql.maintenance
+
+        async def body(tx: Tx) -> tuple[list[int], int | None]:
+            row = await tx.one(q.BLOCKED_BATCH, {"after": after, "limit": limit})
+            last = None if row is None or row["last"] is None else int(row["last"])
+            if last is None:
+                return [], None
+            rows = await tx.tuples(q.STUCK, {"after": after, "last": last})
+            stuck = [int(r[0]) for r in rows]
+            steps = sorted({int(r[1]) for r in rows})
+            if steps:
+                if q.WORKFLOW_STEP is not None:
+                    await tx.run(q.WORKFLOW_STEP, {"ids": steps})
+                else:
+                    await self._after_transitions(tx, steps)
+            return stuck, last
+
+        return await self._transact(body)
+
     # -- the leader's lease ------------------------------------------------------------
 
     async def _leader(self, tx: Tx, name: str) -> LeaderInfo | None:
