@@ -42,22 +42,34 @@ async def _lock_waiters(admin: psycopg.AsyncConnection[Any], pids: Sequence[int]
     return {r[0] for r in await cur.fetchall()}
 
 
-async def commit_together(
-    url: str, ops: Sequence[Op], *, refuse_lock_waits: bool = False
-) -> list[Any]:
-    """Run ``ops`` concurrently on PostgreSQL, each in its own transaction on its own
-    connection, and commit those that ran to the end at the same moment (repeatedly,
-    while others wait on their locks). Returns each operation's result, or the
-    exception it (or its commit) raised.
+class Barrier:
+    """Connections for :meth:`run`, kept open across runs (two runs never overlap)."""
 
-    With ``refuse_lock_waits``, an operation that waits on a lock fails the test (it
-    would wait for whatever holds the lock, a caller's open transaction say)."""
-    admin = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    conns = [await psycopg.AsyncConnection.connect(url) for _ in ops]
-    try:
+    def __init__(self, url: str, width: int = 2) -> None:
+        self.url = url
+        self.width = width
+        self._admin: psycopg.AsyncConnection[Any] | None = None
+        self._conns: list[psycopg.AsyncConnection[Any]] = []
+
+    async def __aenter__(self) -> Barrier:
+        self._admin = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        self._conns = [await psycopg.AsyncConnection.connect(self.url) for _ in range(self.width)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for c in self._conns:
+            await c.close()
+        if self._admin is not None:
+            await self._admin.close()
+
+    async def run(self, ops: Sequence[Op], *, refuse_lock_waits: bool = False) -> list[Any]:
+        """See :func:`commit_together`."""
+        assert self._admin is not None and len(ops) <= self.width
+        admin, conns = self._admin, self._conns[: len(ops)]
         pids = [c.info.backend_pid for c in conns]
-        tasks = [
-            asyncio.create_task(op(caller_store(url, c))) for op, c in zip(ops, conns, strict=True)
+        tasks: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(op(caller_store(self.url, c)))
+            for op, c in zip(ops, conns, strict=True)
         ]
         out: list[Any] = [None] * len(ops)
         remaining = set(range(len(ops)))
@@ -91,10 +103,20 @@ async def commit_together(
             await asyncio.gather(*(end(i) for i in ready))
             remaining -= set(ready)
         return out
-    finally:
-        for c in conns:
-            await c.close()
-        await admin.close()
+
+
+async def commit_together(
+    url: str, ops: Sequence[Op], *, refuse_lock_waits: bool = False
+) -> list[Any]:
+    """Run ``ops`` concurrently on PostgreSQL, each in its own transaction on its own
+    connection, and commit those that ran to the end at the same moment (repeatedly,
+    while others wait on their locks). Returns each operation's result, or the
+    exception it (or its commit) raised.
+
+    With ``refuse_lock_waits``, an operation that waits on a lock fails the test (it
+    would wait for whatever holds the lock, a caller's open transaction say)."""
+    async with Barrier(url, len(ops)) as barrier:
+        return await barrier.run(ops, refuse_lock_waits=refuse_lock_waits)
 
 
 _ACTIVE = "('queued', 'blocked', 'running', 'retrying', 'paused')"

@@ -174,9 +174,12 @@ class EnqueueSql(SqlBase):
             row = await tx.one(self.sql.enqueue.SPAWN, params)
             if row is None:
                 return None
+            # The mark first, then the fence: two spawns of one parent at once would each
+            # hold the fence's shared lock and wait for the other's to mark (a deadlock);
+            # this way the second waits for the first's mark, or finds it made.
+            await tx.run(self.sql.enqueue.MARK_PARENT, {"id": parent_id})
             if not await self._lease_held(tx, parent_id, lease_token, no_cancel=True):
                 raise LeaseLost
-            await tx.run(self.sql.enqueue.MARK_PARENT, {"id": parent_id})
             await tx.notify(h.ENQUEUED, [job.queue])
             return self._rows.job(row)
 
