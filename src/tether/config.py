@@ -310,7 +310,9 @@ class RetentionConfig:
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    """The maintenance leader: one worker at a time prunes and fires schedules.
+    """The maintenance leader: one worker at a time prunes, fires schedules and releases
+    blocked jobs that a missed workflow step left waiting (``release_interval``,
+    ``release_batch``: see :mod:`tether.maintenance.releaser`).
 
     Leadership is a lease row stamped with database time: the leader renews it every
     ``leader_renew_interval`` seconds for ``leader_ttl`` seconds. A leader that dies, is
