@@ -140,7 +140,7 @@ class EnqueueSql(SqlBase):
             taken.update({r[0]: self._rows.job_from_tuple(r[2:]) for r in rows})
         pairs = [(new[i].id, d) for i in fresh if i in new for d in deps[i]]
         if pairs:
-            await tx.run(q.INSERT_DEPENDENCIES, q.dependency_rows(pairs))
+            await tx.run(q.INSERT_DEPENDENCIES, q.dependency_rows(pairs, outside))
         if outside and q.MARK_UPSTREAM is not None:
             await tx.run(q.MARK_UPSTREAM, {"ids": outside})
         out = []

@@ -126,7 +126,11 @@ BEGIN
 END
 $$;
 
--- Run at the commit of a transaction that added dependencies (see 2. above).
+-- Run at the commit of a transaction that added dependencies (see 2. above), once per
+-- upstream job that was not new in the enqueue: the enqueue sets `link` on one of its
+-- new dependency rows (an upstream enqueued in the same batch cannot end before it).
+ALTER TABLE tether_dependencies ADD COLUMN link BOOLEAN NOT NULL DEFAULT false;
+
 CREATE FUNCTION tether_dependency_added() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     upstream TEXT;
@@ -142,7 +146,8 @@ END
 $$;
 
 CREATE CONSTRAINT TRIGGER tether_dependency_added AFTER INSERT ON tether_dependencies
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION tether_dependency_added();
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.link)
+    EXECUTE FUNCTION tether_dependency_added();
 
 CREATE OR REPLACE FUNCTION tether_claim_paced(p_worker TEXT, p_queues TEXT[], p_tasks TEXT[],
                                               p_limit INTEGER, p_lease DOUBLE PRECISION)

@@ -83,15 +83,25 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
     return dict(zip(_INSERT_COLUMNS, cols, strict=True))
 
 
-INSERT_DEPENDENCIES = (
-    "INSERT INTO tether_dependencies (job_id, depends_on) "
-    "SELECT * FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[])"
-)
+# One row per upstream job not of this enqueue has `link` set: its deferred trigger
+# (tether_dependency_added) links that upstream at commit, for all its new dependents.
+INSERT_DEPENDENCIES = """
+INSERT INTO tether_dependencies (job_id, depends_on, link)
+SELECT j, d, d = ANY(%(outside)s::bigint[]) AND row_number() OVER (PARTITION BY d ORDER BY j) = 1
+FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[]) AS x(j, d)
+"""
 
 
-def dependency_rows(pairs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
-    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on)."""
-    return {"job_ids": [a for a, _ in pairs], "depends_on": [b for _, b in pairs]}
+def dependency_rows(
+    pairs: Sequence[tuple[int, int]], outside: Sequence[int]
+) -> dict[str, list[int]]:
+    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on) and
+    the upstream jobs not of this enqueue."""
+    return {
+        "job_ids": [a for a, _ in pairs],
+        "depends_on": [b for _, b in pairs],
+        "outside": list(outside),
+    }
 
 
 # Done at commit by the deferred trigger tether_dependency_added (see DEPENDENCY_STATES).
