@@ -141,6 +141,20 @@ async def test_an_open_transactional_enqueue_does_not_hold_its_upstreams_worker(
     assert (await pg_store.get(dep.id)).state is JobState.QUEUED  # type: ignore[union-attr]
 
 
+async def test_an_open_transactional_enqueue_does_not_hold_back_its_queued_upstream(
+    pg_url: str, pg_store: Store, caller: psycopg.AsyncConnection[Any]
+) -> None:
+    queue = fresh_queue()
+    [upstream] = await pg_store.enqueue([new_job(queue=queue)])
+    [dep] = await caller_store(pg_url, caller).enqueue([new_job(depends_on=(upstream.id,))])
+    # A claim locked its candidates FOR UPDATE SKIP LOCKED, and so skipped the job.
+    [claimed] = await pg_store.claim("wa", [queue], ["t"], 1, 60.0)
+    assert claimed.id == upstream.id
+    assert await _never_waits(pg_url, _finish(claimed)) == {upstream.id}
+    await caller.commit()
+    assert (await pg_store.get(dep.id)).state is JobState.QUEUED  # type: ignore[union-attr]
+
+
 async def test_an_upstream_failing_before_the_enqueue_commits_cancels_the_dependent(
     pg_url: str, pg_store: Store, caller: psycopg.AsyncConnection[Any]
 ) -> None:

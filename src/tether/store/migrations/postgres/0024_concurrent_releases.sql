@@ -25,6 +25,10 @@
 --    workflow step to the new dependents (queued, or cancelled by the cascade), or the
 --    transition waits for this commit, and its own step sees the new dependents.
 --
+--    The claim, the heartbeat and the rescue lock jobs FOR NO KEY UPDATE (their UPDATE's
+--    own mode, where they took FOR UPDATE), which such a FOR KEY SHARE does not block: a
+--    claim no longer skips a queued job that an open transaction depends on.
+--
 -- 3. A paced claim that waited for a bucket's lock refilled it to now(), the start of
 --    its transaction, which can be earlier than the refill the previous holder wrote:
 --    the bucket's clock moved back and the same interval was credited twice. Now the
@@ -202,5 +206,81 @@ BEGIN
     SET tokens = greatest(0, (have ->> r.id)::DOUBLE PRECISION),
         refilled_at = greatest(r.refilled_at, at)
     WHERE r.id IN (SELECT jsonb_object_keys(have));
+END
+$$;
+
+-- As version 2's, locking its candidates FOR NO KEY UPDATE (see 2. above).
+CREATE OR REPLACE FUNCTION tether_claim(p_worker TEXT, p_queues TEXT[], p_tasks TEXT[],
+                                        p_limit INTEGER, p_lease DOUBLE PRECISION)
+RETURNS SETOF tether_jobs LANGUAGE plpgsql AS $$
+DECLARE
+    c RECORD;
+    candidates BIGINT[];
+    limited BOOLEAN;
+    free_ids BIGINT[] := '{}';
+    limited_ids BIGINT[] := '{}';
+    taken INTEGER := 0;
+    lockable INTEGER;
+    roomy BOOLEAN;
+BEGIN
+    SELECT array_agg(x.id ORDER BY x.priority DESC, x.run_at, x.id),
+           coalesce(bool_or(x.limits IS NOT NULL), false)
+    INTO candidates, limited
+    FROM unnest(p_queues) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.limits, j.priority, j.run_at FROM tether_jobs j
+        WHERE j.queue = q.name AND j.state IN ('queued', 'retrying') AND j.run_at <= now()
+          AND j.task = ANY(p_tasks)
+          AND (j.limits IS NULL OR NOT EXISTS (
+                SELECT 1 FROM tether_limits l WHERE l.name = ANY(j.limits)
+                AND (l.used >= l.capacity OR (l.held > 0 AND l.block_on_hold))))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT p_limit
+        FOR NO KEY UPDATE OF j SKIP LOCKED
+    ) AS x
+    WHERE NOT EXISTS (SELECT 1 FROM tether_queues p WHERE p.name = q.name AND p.paused);
+    IF candidates IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT limited THEN
+        free_ids := candidates[1:p_limit];
+    ELSE
+        FOR c IN SELECT j.id, j.limits FROM unnest(candidates) WITH ORDINALITY AS u(id, n)
+                 JOIN tether_jobs j ON j.id = u.id ORDER BY u.n
+        LOOP
+            EXIT WHEN taken >= p_limit;
+            IF c.limits IS NULL THEN
+                free_ids := free_ids || c.id;
+                taken := taken + 1;
+                CONTINUE;
+            END IF;
+            SELECT count(*), coalesce(bool_and(s.used < s.capacity
+                                               AND (s.held = 0 OR NOT s.block_on_hold)), false)
+            INTO lockable, roomy
+            FROM (SELECT l.used, l.capacity, l.held, l.block_on_hold FROM tether_limits l
+                  WHERE l.name = ANY(c.limits) ORDER BY l.name FOR UPDATE SKIP LOCKED) AS s;
+            IF lockable = cardinality(c.limits) AND roomy THEN
+                UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
+                    worker_id = p_worker, lease_token = lease_token + 1,
+                    lease_expires_at = now() + make_interval(secs => p_lease),
+                    heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
+                    actor = 'worker', reason = NULL
+                WHERE id = c.id;
+                limited_ids := limited_ids || c.id;
+                taken := taken + 1;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
+        worker_id = p_worker, lease_token = lease_token + 1,
+        lease_expires_at = now() + make_interval(secs => p_lease),
+        heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
+        actor = 'worker', reason = NULL
+    WHERE id = ANY(free_ids)
+    RETURNING *;
+    IF cardinality(limited_ids) > 0 THEN
+        RETURN QUERY SELECT * FROM tether_jobs WHERE id = ANY(limited_ids);
+    END IF;
 END
 $$;
