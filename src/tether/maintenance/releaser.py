@@ -1,13 +1,14 @@
 """The releaser: no job waits on something that has already happened.
 
-A blocked job is released in the same transaction as the transition it waits for: a
-parent when its last child ends, a dependent when its last dependency succeeds (or
-cancelled when one fails). On PostgreSQL that release waits for a lock on the blocked
-row only so long (a foreign transaction may hold it for any time), and gives up past
-it; a process can also die between deciding and committing in ways no trigger sees.
-This sweep is the backstop: the maintenance leader walks the blocked jobs in id order,
-a batch a round, and applies the missed workflow step to any that should have moved.
-It finds nothing in a healthy system, and says so when it does.
+A transition's workflow step runs in its own transaction: a parent is released when its
+last child ends, a dependent when its last dependency succeeds (or cancelled when one
+fails), the active children of a parent that ended are cancelled. On PostgreSQL the
+step waits for a row lock only so long (a foreign transaction may hold a row for any
+time); past it, the transition commits without its step, which it records in
+``tether_pending_steps``. This service is the backstop: the maintenance leader runs the
+pending steps again, and walks the blocked jobs in id order, a batch a round, applying
+the missed step to any that should have moved, whatever missed it. It finds nothing in
+a healthy system, and says so when it does.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ log = logging.getLogger("tether.releaser")
 
 
 class Releaser(Service):
-    """Each round, looks at the next ``batch_size`` blocked jobs (through the index by
-    state) and releases those that wait on something that has already happened; the
-    cursor wraps around at the end. With a ``leader``, only the maintenance leader
+    """Each round, runs again up to ``batch_size`` pending workflow steps, looks at the
+    next ``batch_size`` blocked jobs (through the index by state) and releases those
+    that wait on something that has already happened; the cursor wraps around at the
+    end. With a ``leader``, only the maintenance leader
     sweeps; two sweeps at once are safe, as each release is a workflow step that checks
     the rows again under their locks."""
 
@@ -56,13 +58,14 @@ class Releaser(Service):
         return self.leader is None or self.leader.leading
 
     async def run_once(self) -> list[int]:
-        """One batch; returns the ids of the blocked jobs it found waiting on something
-        that had already happened."""
+        """One batch; returns the ids of the jobs whose pending steps ran again and of the
+        blocked jobs it found waiting on something that had already happened."""
         stuck, last = await self.store.release_stuck(self._after, self.batch_size)
         self._after = 0 if last is None else last
         if stuck:
             log.warning(
-                "released %d blocked job(s) whose children or dependencies had already ended: %s",
+                "ran the missed workflow steps of %d job(s) (pending, or blocked on "
+                "children or dependencies that had already ended): %s",
                 len(stuck),
                 ", ".join(map(str, stuck[:20])),
             )

@@ -8,10 +8,12 @@
 --    write skew). Now each transaction first locks the rows it may release (the parents
 --    of the children that ended, the waiting parents themselves, the blocked dependents
 --    of the jobs that succeeded), in id order, and decides in the next statement, whose
---    snapshot is newer than the other transaction's commit. The wait is bounded: past
---    RELEASE_LOCK_TIMEOUT (a foreign transaction holds the row) the release is left to
---    the maintenance sweep (maintenance/releaser.py), which finds every blocked job whose
---    children or dependencies have all ended.
+--    snapshot is newer than the other transaction's commit. Every row lock of the step
+--    (these, and its cascades) is waited for STEP_LOCK_TIMEOUT at most: past it (a
+--    foreign transaction holds the row) the step is undone, the transition commits
+--    without it, and its jobs go to tether_pending_steps, whose steps the maintenance
+--    leader's releaser (maintenance/releaser.py) runs again. The releaser also finds
+--    every blocked job whose children or dependencies have all ended, whatever missed it.
 --
 -- 2. An enqueue with depends_on used to take FOR SHARE on its upstream jobs and set
 --    their has_dependents until the caller committed. A transactional enqueue
@@ -35,6 +37,13 @@
 --    refill is measured at clock_timestamp() read after the locks are held, and
 --    refilled_at never moves back.
 
+-- Workflow steps that met a row held past their lock timeout, to run again by the
+-- maintenance leader's releaser (see 1. above).
+CREATE TABLE tether_pending_steps (
+    job_id BIGINT PRIMARY KEY,
+    since  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
 CREATE OR REPLACE FUNCTION tether_workflow_step(changed BIGINT[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     finished_parents BIGINT[];
@@ -51,80 +60,90 @@ BEGIN
            array_agg(id) FILTER (WHERE (has_children OR has_dependents)
                                  AND (state = 'failed' OR (state = 'cancelled' AND cancel_cascade))),
            array_agg(id) FILTER (WHERE has_dependents AND state = 'succeeded'),
-           bool_or(parent_id IS NOT NULL OR waiting_children)
+           coalesce(bool_or(parent_id IS NOT NULL OR waiting_children), false)
     INTO finished_parents, roots, succeeded, linked
     FROM tether_jobs WHERE id = ANY(changed);
-
-    IF finished_parents IS NOT NULL THEN
-        UPDATE tether_jobs c SET state = 'cancelled',
-            cancel_requested_at = COALESCE(c.cancel_requested_at, now()),
-            cancel_reason = COALESCE(c.cancel_reason, 'parent job completed'),
-            lease_token = c.lease_token + (c.state = 'running')::int, lease_expires_at = NULL,
-            finished_at = now(), actor = 'tether', reason = 'parent job completed'
-        WHERE c.parent_id = ANY(finished_parents)
-          AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused');
-    END IF;
-
-    IF roots IS NOT NULL THEN
-        WITH hit AS (
-            UPDATE tether_jobs j SET
-                state = CASE WHEN j.state = 'running' THEN 'running' ELSE 'cancelled' END,
-                cancel_requested_at = COALESCE(j.cancel_requested_at, now()),
-                cancel_reason = COALESCE(j.cancel_reason,
-                                         'an upstream job was cancelled or failed'),
-                finished_at = CASE WHEN j.state = 'running' THEN j.finished_at ELSE now() END,
-                actor = 'tether', reason = 'an upstream job was cancelled or failed'
-            WHERE j.id IN (SELECT id FROM tether_downstream(roots))
-              AND j.state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
-            RETURNING j.id, j.state
-        )
-        SELECT array_agg(id) INTO stopping FROM hit WHERE state = 'running';
-        IF stopping IS NOT NULL THEN
-            PERFORM pg_notify('tether_control', array_to_string(stopping, ','));
-        END IF;
-    END IF;
-
-    IF succeeded IS NULL AND NOT coalesce(linked, false) THEN
+    IF finished_parents IS NULL AND roots IS NULL AND succeeded IS NULL AND NOT linked THEN
         RETURN;
     END IF;
-    -- The jobs this step may release. A parent is locked whatever state this snapshot
-    -- shows it in: one that is starting to wait right now looks running here, and its
-    -- transition holds the row, so the lock waits for it.
-    targets := ARRAY(
-        SELECT d.job_id FROM tether_dependencies d JOIN tether_jobs j ON j.id = d.job_id
-        WHERE d.depends_on = ANY(succeeded) AND j.state = 'blocked' AND NOT j.waiting_children
-        UNION
-        SELECT c.parent_id FROM tether_jobs c
-        WHERE c.id = ANY(changed) AND c.parent_id IS NOT NULL
-          AND c.state IN ('succeeded', 'failed', 'cancelled')
-        UNION
-        SELECT p.id FROM tether_jobs p WHERE p.id = ANY(changed) AND p.waiting_children
-        ORDER BY 1);
-    IF cardinality(targets) = 0 THEN
-        RETURN;
-    END IF;
+
+    -- Every row lock below is waited for STEP_LOCK_TIMEOUT at most: another client may
+    -- hold a row for any time, and this runs inside a worker's finish, a cancel or a
+    -- rescue. Past it, the step is undone and recorded in tether_pending_steps, and the
+    -- transition commits without it; the releaser runs it again.
     saved := current_setting('lock_timeout');
-    PERFORM set_config('lock_timeout', '500ms', true);  -- RELEASE_LOCK_TIMEOUT
+    PERFORM set_config('lock_timeout', '500ms', true);  -- STEP_LOCK_TIMEOUT
     BEGIN
-        PERFORM 1 FROM tether_jobs WHERE id = ANY(targets) ORDER BY id FOR NO KEY UPDATE;
-        -- Each statement from here reads a snapshot taken after the locks were granted,
-        -- so after the commit of any other release attempt on these rows.
-        UPDATE tether_jobs j SET state = 'queued', run_at = now(), actor = 'tether',
-            reason = 'dependencies succeeded'
-        WHERE j.id = ANY(targets) AND j.state = 'blocked' AND NOT j.waiting_children
-          AND EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = j.id)
-          AND NOT EXISTS (SELECT 1 FROM tether_dependencies d JOIN tether_jobs up
-                          ON up.id = d.depends_on
-                          WHERE d.job_id = j.id AND up.state <> 'succeeded');
-        UPDATE tether_jobs p SET state = 'queued', waiting_children = false, run_at = now(),
-            actor = 'tether', reason = 'children finished; phase ' || COALESCE(p.phase, 'ingest')
-        WHERE p.id = ANY(targets) AND p.state = 'blocked' AND p.waiting_children
-          AND NOT EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = p.id
-                          AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused'));
+        IF finished_parents IS NOT NULL THEN
+            UPDATE tether_jobs c SET state = 'cancelled',
+                cancel_requested_at = COALESCE(c.cancel_requested_at, now()),
+                cancel_reason = COALESCE(c.cancel_reason, 'parent job completed'),
+                lease_token = c.lease_token + (c.state = 'running')::int,
+                lease_expires_at = NULL,
+                finished_at = now(), actor = 'tether', reason = 'parent job completed'
+            WHERE c.parent_id = ANY(finished_parents)
+              AND c.state IN ('queued', 'blocked', 'running', 'retrying', 'paused');
+        END IF;
+
+        IF roots IS NOT NULL THEN
+            WITH hit AS (
+                UPDATE tether_jobs j SET
+                    state = CASE WHEN j.state = 'running' THEN 'running' ELSE 'cancelled' END,
+                    cancel_requested_at = COALESCE(j.cancel_requested_at, now()),
+                    cancel_reason = COALESCE(j.cancel_reason,
+                                             'an upstream job was cancelled or failed'),
+                    finished_at = CASE WHEN j.state = 'running' THEN j.finished_at
+                                       ELSE now() END,
+                    actor = 'tether', reason = 'an upstream job was cancelled or failed'
+                WHERE j.id IN (SELECT id FROM tether_downstream(roots))
+                  AND j.state IN ('queued', 'blocked', 'running', 'retrying', 'paused')
+                RETURNING j.id, j.state
+            )
+            SELECT array_agg(id) INTO stopping FROM hit WHERE state = 'running';
+            IF stopping IS NOT NULL THEN
+                PERFORM pg_notify('tether_control', array_to_string(stopping, ','));
+            END IF;
+        END IF;
+
+        IF succeeded IS NOT NULL OR linked THEN
+            -- The jobs this step may release. A parent is locked whatever state this
+            -- snapshot shows it in: one that is starting to wait right now looks running
+            -- here, and its transition holds the row, so the lock waits for it.
+            targets := ARRAY(
+                SELECT d.job_id FROM tether_dependencies d JOIN tether_jobs j ON j.id = d.job_id
+                WHERE d.depends_on = ANY(succeeded) AND j.state = 'blocked'
+                  AND NOT j.waiting_children
+                UNION
+                SELECT c.parent_id FROM tether_jobs c
+                WHERE c.id = ANY(changed) AND c.parent_id IS NOT NULL
+                  AND c.state IN ('succeeded', 'failed', 'cancelled')
+                UNION
+                SELECT p.id FROM tether_jobs p WHERE p.id = ANY(changed) AND p.waiting_children
+                ORDER BY 1);
+            IF cardinality(targets) > 0 THEN
+                PERFORM 1 FROM tether_jobs WHERE id = ANY(targets) ORDER BY id
+                FOR NO KEY UPDATE;
+                -- Each statement from here reads a snapshot taken after the locks were
+                -- granted, so after the commit of any other release attempt on these rows.
+                UPDATE tether_jobs j SET state = 'queued', run_at = now(), actor = 'tether',
+                    reason = 'dependencies succeeded'
+                WHERE j.id = ANY(targets) AND j.state = 'blocked' AND NOT j.waiting_children
+                  AND EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = j.id)
+                  AND NOT EXISTS (SELECT 1 FROM tether_dependencies d JOIN tether_jobs up
+                                  ON up.id = d.depends_on
+                                  WHERE d.job_id = j.id AND up.state <> 'succeeded');
+                UPDATE tether_jobs p SET state = 'queued', waiting_children = false,
+                    run_at = now(), actor = 'tether',
+                    reason = 'children finished; phase ' || COALESCE(p.phase, 'ingest')
+                WHERE p.id = ANY(targets) AND p.state = 'blocked' AND p.waiting_children
+                  AND NOT EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = p.id
+                                  AND c.state IN ('queued', 'blocked', 'running', 'retrying',
+                                                  'paused'));
+            END IF;
+        END IF;
     EXCEPTION WHEN lock_not_available THEN
-        -- A foreign transaction holds one of these rows: the maintenance sweep
-        -- (maintenance/releaser.py) releases what this step could not.
-        NULL;
+        INSERT INTO tether_pending_steps (job_id) SELECT DISTINCT unnest(changed)
+        ON CONFLICT DO NOTHING;
     END;
     PERFORM set_config('lock_timeout', saved, true);
 END

@@ -212,3 +212,12 @@ ORDER BY b.id
 
 # The workflow steps of these jobs, as their transitions would have run them.
 WORKFLOW_STEP = "SELECT tether_workflow_step(%(ids)s::bigint[])"
+
+# Steps that met a row held past their lock timeout (tether_workflow_step records them),
+# taken to run again; one that meets a held row again records itself again.
+PENDING_STEPS = """
+DELETE FROM tether_pending_steps WHERE job_id IN (
+    SELECT job_id FROM tether_pending_steps ORDER BY job_id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING job_id
+"""

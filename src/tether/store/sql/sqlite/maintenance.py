@@ -169,5 +169,7 @@ WHERE b.state = 'blocked' AND b.id > :after AND b.id <= :last AND CASE
 ORDER BY b.id
 """
 
-# SQLite runs workflow steps in Python (the store's _after_transitions).
+# SQLite runs workflow steps in Python (the store's _after_transitions), under the
+# write lock: no step waits for a row, none is left pending.
 WORKFLOW_STEP = None
+PENDING_STEPS = None
