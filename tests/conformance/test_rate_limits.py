@@ -139,3 +139,16 @@ async def test_concurrent_claimers_never_start_more_than_the_bucket_allows(
         for j in range(i, len(times))
     )
     assert worst <= 1.0, f"{worst:.2f} more jobs started in one window than the bucket holds"
+
+
+async def test_a_claim_never_moves_a_buckets_clock_back(store: Store, db: Db) -> None:
+    # The last refill was written by a clock ahead of this one (another SQLite process,
+    # a server clock stepped back): this claim refills nothing and leaves it there.
+    await store.set_rate_limit("queue", "a", RATE, 2)
+    await _jobs(store, 5)
+    db.set_ago("tether_rate_limits", "refilled_at", "queue:a", -10.0)
+    db.execute("UPDATE tether_rate_limits SET tokens = 1 WHERE id = %s", ("queue:a",))
+    ahead = db.execute("SELECT refilled_at FROM tether_rate_limits")[0][0]
+    assert len(await _claim(store)) == 1
+    assert db.execute("SELECT refilled_at, tokens FROM tether_rate_limits")[0] == (ahead, 0)
+    assert await _claim(store) == []
