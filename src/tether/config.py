@@ -335,7 +335,9 @@ class RetentionConfig:
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    """The maintenance leader: one worker at a time prunes and fires schedules.
+    """The maintenance leader: one worker at a time prunes, fires schedules and releases
+    blocked jobs that a missed workflow step left waiting (``release_interval``,
+    ``release_batch``: see :mod:`tether.maintenance.releaser`).
 
     Leadership is a lease row stamped with database time: the leader renews it every
     ``leader_renew_interval`` seconds for ``leader_ttl`` seconds. A leader that dies, is
@@ -348,11 +350,17 @@ class MaintenanceConfig:
     leader_renew_interval: float = 1.0
     # How often the leader looks for due schedule ticks.
     schedule_interval: float = 1.0
+    # How often the leader looks through a batch of blocked jobs for any that wait on
+    # something that has already happened (maintenance/releaser.py), and how many.
+    release_interval: float = 5.0
+    release_batch: int = 500
 
     def __post_init__(self) -> None:
         _positive("leader_ttl", self.leader_ttl)
         _positive("leader_renew_interval", self.leader_renew_interval)
         _positive("schedule_interval", self.schedule_interval)
+        _positive("release_interval", self.release_interval)
+        _positive("release_batch", self.release_batch)
         if self.leader_renew_interval >= self.leader_ttl:
             raise ConfigError("leader_renew_interval must be shorter than leader_ttl")
 

@@ -7,8 +7,11 @@ far less than one token.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Callable
 
+from tether.job import Job
 from tether.store import Store
 
 from .support import Db, new_job
@@ -101,3 +104,51 @@ async def test_a_rate_limit_keeps_the_claim_in_priority_order(store: Store) -> N
     assert await _claim(store, queues=("a", "b"), limit=3) == ["b/t", "b/t", "a/t"]
     [limit] = await store.list_rate_limits()
     assert int(limit.tokens) == 99  # the limited queue's job spent one token
+
+
+# -- at a rate where a refill error shows -----------------------------------------------
+
+RATE, BURST = 5.0, 5  # tokens a second, and the bucket's size
+CLAIMERS = 6  # stores, each with its own connections, claiming at once
+STARTS = 16  # jobs to start: about two seconds' worth beyond the burst
+
+
+async def test_concurrent_claimers_never_start_more_than_the_bucket_allows(
+    store: Store, make_store: Callable[[], Store]
+) -> None:
+    stores = [store, *(make_store() for _ in range(CLAIMERS - 1))]
+    for s in stores:
+        await s.open()
+    await stores[0].set_rate_limit("queue", "a", RATE, BURST)
+    await _jobs(stores[0], STARTS + 10)
+    started: list[Job] = []
+
+    async def claimer(s: Store, n: int) -> None:
+        while len(started) < STARTS:
+            started.extend(await s.claim(f"w{n}", ["a"], ["t"], 2, 60.0))
+
+    await asyncio.gather(*(claimer(s, n) for n, s in enumerate(stores)))
+    # The claims' own database timestamps. On PostgreSQL started_at is the start of the
+    # claim's transaction, earlier than the moment it held the bucket by however long
+    # it waited for it: one token's worth of slack (200 ms) covers that.
+    times = sorted(j.started_at.timestamp() for j in started if j.started_at is not None)
+    assert len(times) == len(started)
+    worst = max(
+        (j - i + 1) - (BURST + RATE * (times[j] - times[i]))
+        for i in range(len(times))
+        for j in range(i, len(times))
+    )
+    assert worst <= 1.0, f"{worst:.2f} more jobs started in one window than the bucket holds"
+
+
+async def test_a_claim_never_moves_a_buckets_clock_back(store: Store, db: Db) -> None:
+    # The last refill was written by a clock ahead of this one (another SQLite process,
+    # a server clock stepped back): this claim refills nothing and leaves it there.
+    await store.set_rate_limit("queue", "a", RATE, 2)
+    await _jobs(store, 5)
+    db.set_ago("tether_rate_limits", "refilled_at", "queue:a", -10.0)
+    db.execute("UPDATE tether_rate_limits SET tokens = 1 WHERE id = %s", ("queue:a",))
+    ahead = db.execute("SELECT refilled_at FROM tether_rate_limits")[0][0]
+    assert len(await _claim(store)) == 1
+    assert db.execute("SELECT refilled_at, tokens FROM tether_rate_limits")[0] == (ahead, 0)
+    assert await _claim(store) == []

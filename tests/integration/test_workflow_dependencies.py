@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 
+import psycopg
 import pytest
 
 import tether
-from tests.helpers import eventually
+from tests.helpers import eventually, fast_config
 from tests.integration.conftest import StartWorker
 from tests.integration.workflow_support import cancelled_in_one_transaction, in_state
-from tether import App, IllegalTransitionError, InvalidJobError, JobContext, JobState
+from tether import App, IllegalTransitionError, InvalidJobError, JobContext, JobState, Worker
 from tether.workflow import Workflow
 
 UPSTREAM = "an upstream job was cancelled or failed"
@@ -339,3 +340,42 @@ async def test_workflow_depending_on_a_dead_job_is_rejected_and_writes_nothing(
     with pytest.raises(InvalidJobError, match=message):
         await app.enqueue(noop, {}, depends_on=(gone.id,))
     assert [j.id for j in await app.list()] == [gone.id], "nothing was written"
+
+
+@pytest.mark.postgres
+async def test_a_transactional_enqueue_held_open_does_not_cost_its_upstream_its_lease(
+    pg_url: str,
+) -> None:
+    # Issue 22, defect 1: the caller's open transaction held the running upstream's row
+    # (FOR SHARE, then has_dependents), so its worker could not beat, fenced itself and
+    # ran the job again. The caller here holds its transaction for three leases.
+    app = App(pg_url, config=tether.AppConfig(wait_poll_interval=0.05))
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @app.task(name="upstream")
+    async def upstream(ctx: JobContext) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    noop = _noop(app)
+    worker = Worker(app, fast_config())
+    await worker.start()
+    caller = await psycopg.AsyncConnection.connect(pg_url)
+    try:
+        up = await upstream.enqueue()
+        await asyncio.wait_for(started.wait(), 10)
+        dep = await noop.options(connection=caller, depends_on=(up.id,)).enqueue()
+        await asyncio.sleep(3 * worker.config.lease_duration)  # the caller's transaction
+        release.set()
+        ended = await app.wait(up.id, timeout=10)  # while the caller still holds it open
+        assert (ended.state, ended.attempt) == (JobState.SUCCEEDED, 1)
+        await caller.commit()
+        assert (await app.wait(dep.id, timeout=10)).state is JobState.SUCCEEDED
+        reasons = [e.reason or "" for e in await app.events(up.id)]
+        assert not any("lease" in r for r in reasons), reasons
+    finally:
+        release.set()
+        await caller.close()
+        await worker.stop()
+        await app.close()

@@ -1,13 +1,15 @@
 """Background upkeep: one small service per module.
 
-Every worker rescues and follows up cancellations; only the maintenance leader
-(:mod:`tether.maintenance.leader`) prunes and fires schedules.
+The maintenance leader (:mod:`tether.maintenance.leader`) rescues, follows up
+cancellations, prunes, fires schedules and releases blocked jobs that a missed
+workflow step left behind.
 """
 
 from tether.maintenance.follow_up import CancellationFollowUp
 from tether.maintenance.leader import LeaderElection
 from tether.maintenance.pruner import Pruner
+from tether.maintenance.releaser import Releaser
 from tether.maintenance.rescuer import Rescuer
 from tether.maintenance.scheduler import Scheduler
 
-__all__ = ["CancellationFollowUp", "LeaderElection", "Pruner", "Rescuer", "Scheduler"]
+__all__ = ["CancellationFollowUp", "LeaderElection", "Pruner", "Releaser", "Rescuer", "Scheduler"]

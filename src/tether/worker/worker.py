@@ -24,7 +24,14 @@ from tether.errors import ConfigError, InvalidJobError, LeaseLostError
 from tether.executors import ThreadHandle, start_handler
 from tether.job import Beat, Job, JobFilter, Outcome
 from tether.logs import job_fields
-from tether.maintenance import CancellationFollowUp, LeaderElection, Pruner, Rescuer, Scheduler
+from tether.maintenance import (
+    CancellationFollowUp,
+    LeaderElection,
+    Pruner,
+    Releaser,
+    Rescuer,
+    Scheduler,
+)
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -87,6 +94,7 @@ class Worker:
         self.follow_up: CancellationFollowUp
         self.leader: LeaderElection
         self.pruner: Pruner
+        self.releaser: Releaser
         self.scheduler: Scheduler
 
     @property
@@ -160,6 +168,14 @@ class Worker:
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
         )
+        self.releaser = Releaser(
+            self._store,
+            interval=maintenance.release_interval,
+            batch_size=maintenance.release_batch,
+            leader=self.leader,
+            max_consecutive_errors=self.config.max_consecutive_errors,
+            max_backoff=self.config.max_backoff,
+        )
         await self._open()
         self._services = [
             self.completer,
@@ -170,6 +186,7 @@ class Worker:
             self.leader,
             self.pruner,
             self.scheduler,
+            self.releaser,
         ]
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",

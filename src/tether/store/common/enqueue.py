@@ -140,8 +140,8 @@ class EnqueueSql(SqlBase):
             taken.update({r[0]: self._rows.job_from_tuple(r[2:]) for r in rows})
         pairs = [(new[i].id, d) for i in fresh if i in new for d in deps[i]]
         if pairs:
-            await tx.run(q.INSERT_DEPENDENCIES, q.dependency_rows(pairs))
-        if outside:
+            await tx.run(q.INSERT_DEPENDENCIES, q.dependency_rows(pairs, outside))
+        if outside and q.MARK_UPSTREAM is not None:
             await tx.run(q.MARK_UPSTREAM, {"ids": outside})
         out = []
         for i, j in enumerate(jobs):
@@ -174,9 +174,12 @@ class EnqueueSql(SqlBase):
             row = await tx.one(self.sql.enqueue.SPAWN, params)
             if row is None:
                 return None
+            # The mark first, then the fence: two spawns of one parent at once would each
+            # hold the fence's shared lock and wait for the other's to mark (a deadlock);
+            # this way the second waits for the first's mark, or finds it made.
+            await tx.run(self.sql.enqueue.MARK_PARENT, {"id": parent_id})
             if not await self._lease_held(tx, parent_id, lease_token, no_cancel=True):
                 raise LeaseLost
-            await tx.run(self.sql.enqueue.MARK_PARENT, {"id": parent_id})
             await tx.notify(h.ENQUEUED, [job.queue])
             return self._rows.job(row)
 

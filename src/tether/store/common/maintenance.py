@@ -51,6 +51,32 @@ class MaintenanceSql(SqlBase):
 
         return await self._transact(body)
 
+    # -- blocked jobs that wait on something that has already happened ------------------
+
+    async def release_stuck(self, after: int, limit: int) -> tuple[list[int], int | None]:
+        q = self.sql.maintenance
+        params = {"after": after, "limit": limit}
+
+        async def body(tx: Tx) -> tuple[list[int], int | None]:
+            pending: list[int] = []
+            if q.PENDING_STEPS is not None:
+                pending = sorted(int(r[0]) for r in await tx.tuples(q.PENDING_STEPS, params))
+            row = await tx.one(q.BLOCKED_BATCH, params)
+            last = None if row is None or row["last"] is None else int(row["last"])
+            rows = []
+            if last is not None:
+                rows = await tx.tuples(q.STUCK, {"after": after, "last": last})
+            stuck = [int(r[0]) for r in rows]
+            steps = sorted({*pending, *(int(r[1]) for r in rows)})
+            if steps:
+                if q.WORKFLOW_STEP is not None:
+                    await tx.run(q.WORKFLOW_STEP, {"ids": steps})
+                else:
+                    await self._after_transitions(tx, steps)
+            return sorted({*pending, *stuck}), last
+
+        return await self._transact(body)
+
     # -- the leader's lease ------------------------------------------------------------
 
     async def _leader(self, tx: Tx, name: str) -> LeaderInfo | None:

@@ -25,6 +25,16 @@ class MaintenanceStore(Protocol):
     async def rescue(self) -> list[Job]:
         """Fenced rescue of running jobs whose lease expired or whose worker is dead."""
 
+    async def release_stuck(self, after: int, limit: int) -> tuple[list[int], int | None]:
+        """Run again up to ``limit`` workflow steps left pending (PostgreSQL: a step that
+        met a row held past its lock timeout), and release the blocked jobs that wait on
+        something that has already happened (a parent whose children have all ended; a
+        dependent whose dependencies all succeeded, or of one that failed or was
+        cancelled with cascade) among the next ``limit`` blocked jobs after id
+        ``after``, as their workflow steps would have. Returns the ids of the jobs whose
+        steps ran again and of the blocked jobs found, and the cursor of the next batch
+        of blocked jobs (``None``: the last batch)."""
+
     async def lead(self, name: str, holder: str, ttl: float) -> LeaderInfo:
         """Take the lease ``name`` for ``ttl`` seconds if it is free or ran out, or renew
         it if ``holder`` has it; return whoever holds it now."""

@@ -38,9 +38,13 @@ WHERE idempotency_key = ANY(%(keys)s) AND id NOT IN (SELECT id FROM released)
 # earlier entries of the batch are known first.
 NEW_IDS = "SELECT nextval('tether_jobs_id_seq') FROM generate_series(1, %(n)s)"
 
-# FOR SHARE: an upstream job cannot finish between this check and our commit, so its
-# trigger will see the new dependencies.
-DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR SHARE"
+# FOR KEY SHARE: an upstream job cannot be deleted (nor pruned) before our commit; its
+# heartbeat, its outcome and any other update go on. That it cannot end unseen is the
+# deferred trigger's work (tether_dependency_added, migration 0024): at commit it marks
+# the upstream has_dependents and, if it ended meanwhile, applies its workflow step to
+# the new dependents. A caller's transaction (connection=) may stay open for long, so
+# nothing here may hold a lock that a worker's update of the upstream waits for.
+DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR KEY SHARE"
 
 # Every enqueue, one statement for the whole batch. Jobs whose ids were drawn already
 # (see NEW_IDS) arrive with them; the others take theirs here, in row order.
@@ -79,20 +83,29 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
     return dict(zip(_INSERT_COLUMNS, cols, strict=True))
 
 
-INSERT_DEPENDENCIES = (
-    "INSERT INTO tether_dependencies (job_id, depends_on) "
-    "SELECT * FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[])"
-)
+# One row per upstream job not of this enqueue has `link` set: its deferred trigger
+# (tether_dependency_added) links that upstream at commit, for all its new dependents.
+INSERT_DEPENDENCIES = """
+INSERT INTO tether_dependencies (job_id, depends_on, link)
+SELECT j, d, d = ANY(%(outside)s::bigint[]) AND row_number() OVER (PARTITION BY d ORDER BY j) = 1
+FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[]) AS x(j, d)
+"""
 
 
-def dependency_rows(pairs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
-    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on)."""
-    return {"job_ids": [a for a, _ in pairs], "depends_on": [b for _, b in pairs]}
+def dependency_rows(
+    pairs: Sequence[tuple[int, int]], outside: Sequence[int]
+) -> dict[str, list[int]]:
+    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on) and
+    the upstream jobs not of this enqueue."""
+    return {
+        "job_ids": [a for a, _ in pairs],
+        "depends_on": [b for _, b in pairs],
+        "outside": list(outside),
+    }
 
 
-MARK_UPSTREAM = (
-    "UPDATE tether_jobs SET has_dependents = true WHERE id = ANY(%(ids)s) AND NOT has_dependents"
-)
+# Done at commit by the deferred trigger tether_dependency_added (see DEPENDENCY_STATES).
+MARK_UPSTREAM = None
 
 SPAWN = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,

@@ -50,9 +50,10 @@ WITH v AS (
 ), locked AS (
     -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
     -- worker's completions and its heartbeat never share rows: it does not beat for
-    -- the jobs whose outcome it is writing.)
+    -- the jobs whose outcome it is writing.) NO KEY UPDATE, the UPDATE's own mode: an
+    -- enqueue's FOR KEY SHARE on an upstream job does not hold the beat.
     SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR UPDATE OF j
+    ORDER BY j.id FOR NO KEY UPDATE OF j
 )
 -- The ids also come as an array, which the planner can size: the rows are looked up by
 -- key, where a join with the JSON rows would read every running job at every beat.

@@ -81,7 +81,7 @@ WHERE id IN (SELECT id FROM tether_jobs
                      WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
              AND state = 'running'
              AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
-             ORDER BY id FOR UPDATE)
+             ORDER BY id FOR NO KEY UPDATE)
 RETURNING {JOB_COLUMNS}
 """
 # The transition trigger NOTIFYs tether_enqueued for the jobs a rescue puts back in line
@@ -190,3 +190,53 @@ PRUNE_ROWS = {
         "AND j.worker_id = w.id) ORDER BY heartbeat_at",
     ),
 }
+
+# -- blocked jobs that wait on something that has already happened ---------------------
+
+# The last blocked job of the next batch after the cursor (NULL: none left), through the
+# index by state.
+BLOCKED_BATCH = """
+SELECT max(id) AS last FROM (
+    SELECT id FROM tether_jobs WHERE state = 'blocked' AND id > %(after)s
+    ORDER BY id LIMIT %(limit)s
+) AS batch
+"""
+
+# Those of the batch that wait on something that has already happened, each with the
+# job whose workflow step releases it: a parent whose children have all ended (its own
+# step), a dependent whose dependencies all succeeded (one of them), a dependent of a
+# job that failed or was cancelled with cascade (that job). The transition trigger
+# releases these as it goes; this finds what it could not.
+STUCK = f"""
+SELECT b.id, CASE WHEN b.waiting_children THEN b.id ELSE COALESCE(
+    (SELECT min(u.id) FROM tether_dependencies d JOIN tether_jobs u ON u.id = d.depends_on
+     WHERE d.job_id = b.id
+       AND (u.state = 'failed' OR (u.state = 'cancelled' AND u.cancel_cascade))),
+    (SELECT min(d.depends_on) FROM tether_dependencies d WHERE d.job_id = b.id)) END AS step
+FROM tether_jobs b
+WHERE b.state = 'blocked' AND b.id > %(after)s AND b.id <= %(last)s AND CASE
+    WHEN b.waiting_children THEN NOT EXISTS (
+        SELECT 1 FROM tether_jobs c WHERE c.parent_id = b.id AND c.state IN ({LIVE_SQL}))
+    ELSE EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = b.id) AND (
+        NOT EXISTS (
+            SELECT 1 FROM tether_dependencies d JOIN tether_jobs u ON u.id = d.depends_on
+            WHERE d.job_id = b.id AND u.state <> 'succeeded')
+        OR EXISTS (
+            SELECT 1 FROM tether_dependencies d JOIN tether_jobs u ON u.id = d.depends_on
+            WHERE d.job_id = b.id
+              AND (u.state = 'failed' OR (u.state = 'cancelled' AND u.cancel_cascade))))
+    END
+ORDER BY b.id
+"""
+
+# The workflow steps of these jobs, as their transitions would have run them.
+WORKFLOW_STEP = "SELECT tether_workflow_step(%(ids)s::bigint[])"
+
+# Steps that met a row held past their lock timeout (tether_workflow_step records them),
+# taken to run again; one that meets a held row again records itself again.
+PENDING_STEPS = """
+DELETE FROM tether_pending_steps WHERE job_id IN (
+    SELECT job_id FROM tether_pending_steps ORDER BY job_id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING job_id
+"""

@@ -85,8 +85,9 @@ INSERT_DEPENDENCIES = (
 )
 
 
-def dependency_rows(pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
-    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on)."""
+def dependency_rows(pairs: Sequence[tuple[int, int]], outside: Sequence[int]) -> dict[str, Any]:
+    """:data:`INSERT_DEPENDENCIES`'s parameters, from (job, the job it depends on);
+    ``outside``, the upstream jobs not of this enqueue, matters only to PostgreSQL."""
     return {"pairs": list(pairs)}
 
 

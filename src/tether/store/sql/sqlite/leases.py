@@ -64,9 +64,11 @@ def claim_candidates(queues: int, tasks: int) -> str:
 # Rate limits: the tokens each bucket holds now; a claim spends one per job.
 RATE_BUCKETS = f"SELECT id, {RATE_TOKENS} FROM tether_rate_limits"
 LIMIT_ROOM = f"SELECT name, capacity - used FROM tether_limits WHERE name IN {each('names')}"
+# A bucket's clock never moves back: a process whose clock is behind the last refill's
+# (each SQLite process reads its own) counted no refill, and leaves refilled_at alone.
 SPEND_TOKENS = (
-    f"UPDATE tether_rate_limits SET tokens = max(0.0, :tokens - :spent), refilled_at = {NOW} "
-    "WHERE id = :id"
+    "UPDATE tether_rate_limits SET tokens = max(0.0, :tokens - :spent), "
+    f"refilled_at = max(refilled_at, {NOW}) WHERE id = :id"
 )
 CLAIM_TAKE = (
     "UPDATE tether_jobs SET state = 'running', attempt = attempt + 1, "

@@ -147,3 +147,40 @@ PRUNE_ROWS = {
         "WHERE j.state = 'running' AND j.worker_id = w.id) ORDER BY heartbeat_at",
     ),
 }
+
+# -- blocked jobs that wait on something that has already happened ---------------------
+
+# As PostgreSQL's (see there).
+BLOCKED_BATCH = """
+SELECT max(id) AS last FROM (
+    SELECT id FROM tether_jobs WHERE state = 'blocked' AND id > :after
+    ORDER BY id LIMIT :limit
+) AS batch
+"""
+
+STUCK = f"""
+SELECT b.id, CASE WHEN b.waiting_children THEN b.id ELSE COALESCE(
+    (SELECT min(u.id) FROM tether_dependencies d JOIN tether_jobs u ON u.id = d.depends_on
+     WHERE d.job_id = b.id
+       AND (u.state = 'failed' OR (u.state = 'cancelled' AND u.cancel_cascade))),
+    (SELECT min(d.depends_on) FROM tether_dependencies d WHERE d.job_id = b.id)) END AS step
+FROM tether_jobs b
+WHERE b.state = 'blocked' AND b.id > :after AND b.id <= :last AND CASE
+    WHEN b.waiting_children THEN NOT EXISTS (
+        SELECT 1 FROM tether_jobs c WHERE c.parent_id = b.id AND c.state IN ({LIVE_SQL}))
+    ELSE EXISTS (SELECT 1 FROM tether_dependencies d WHERE d.job_id = b.id) AND (
+        NOT EXISTS (
+            SELECT 1 FROM tether_dependencies d JOIN tether_jobs u ON u.id = d.depends_on
+            WHERE d.job_id = b.id AND u.state <> 'succeeded')
+        OR EXISTS (
+            SELECT 1 FROM tether_dependencies d JOIN tether_jobs u ON u.id = d.depends_on
+            WHERE d.job_id = b.id
+              AND (u.state = 'failed' OR (u.state = 'cancelled' AND u.cancel_cascade))))
+    END
+ORDER BY b.id
+"""
+
+# SQLite runs workflow steps in Python (the store's _after_transitions), under the
+# write lock: no step waits for a row, none is left pending.
+WORKFLOW_STEP = None
+PENDING_STEPS = None
