@@ -11,8 +11,11 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 
+import psycopg
+import pytest
+
 from tether.job import Job
-from tether.store import Store
+from tether.store import Store, create_store
 
 from .support import Db, new_job
 
@@ -152,3 +155,30 @@ async def test_a_claim_never_moves_a_buckets_clock_back(store: Store, db: Db) ->
     assert len(await _claim(store)) == 1
     assert db.execute("SELECT refilled_at, tokens FROM tether_rate_limits")[0] == (ahead, 0)
     assert await _claim(store) == []
+
+
+@pytest.mark.postgres
+async def test_a_bucket_held_by_another_client_never_stalls_the_claim(pg_url: str) -> None:
+    # An operator's (or a caller's) transaction holds a rate bucket's row: the claim
+    # takes everything else at once and leaves only that bucket's work for later.
+    store = create_store(pg_url)
+    await store.open()
+    try:
+        await store.migrate()
+        await store.set_rate_limit("task", "paced", 5.0, 5)
+        await _jobs(store, 3, task="paced")
+        await _jobs(store, 3, task="free")
+        for mode in ("FOR UPDATE", "FOR SHARE", "FOR NO KEY UPDATE"):
+            with psycopg.connect(pg_url) as holder:
+                holder.execute(f"SELECT 1 FROM tether_rate_limits WHERE id = 'task:paced' {mode}")
+                claimed = await asyncio.wait_for(
+                    store.claim("w1", ["a"], ["paced", "free"], 10, 60.0), 10
+                )
+                assert all(j.task == "free" for j in claimed), mode
+                holder.rollback()
+        claimed = await store.claim("w1", ["a"], ["paced"], 10, 60.0)
+        assert len(claimed) == 3
+        [bucket] = await store.list_rate_limits()
+        assert int(bucket.tokens) == 2
+    finally:
+        await store.close()

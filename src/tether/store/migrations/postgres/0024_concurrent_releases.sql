@@ -177,6 +177,7 @@ CREATE OR REPLACE FUNCTION tether_claim_paced(p_worker TEXT, p_queues TEXT[], p_
 RETURNS SETOF tether_jobs LANGUAGE plpgsql AS $$
 DECLARE
     buckets TEXT[];
+    locked TEXT[];
     have JSONB := '{}';
     b RECORD;
     j tether_jobs;
@@ -189,11 +190,16 @@ BEGIN
     buckets := ARRAY(SELECT 'queue:' || x FROM unnest(p_queues) AS x)
             || ARRAY(SELECT 'task:' || x FROM unnest(p_tasks) AS x);
     -- Lock first, then read the clock: the refill is measured from the moment this
-    -- claim holds the buckets, never from before it waited for them.
-    PERFORM 1 FROM tether_rate_limits WHERE id = ANY(buckets) ORDER BY id FOR UPDATE;
+    -- claim holds the buckets. A bucket someone else holds (another claim in flight, a
+    -- caller's transaction, an operator in psql) is skipped, never waited for: its queue
+    -- or task gets nothing from this claim, every other one is claimed as usual.
+    locked := ARRAY(SELECT id FROM tether_rate_limits WHERE id = ANY(buckets) ORDER BY id
+                    FOR UPDATE SKIP LOCKED);
     at := clock_timestamp();
-    FOR b IN SELECT id, least(burst, tokens + greatest(0, extract(epoch FROM at - refilled_at))
-                                          * per_second) AS n
+    FOR b IN SELECT id, CASE WHEN id = ANY(locked)
+                        THEN least(burst, tokens + greatest(0, extract(epoch FROM at - refilled_at))
+                                                   * per_second)
+                        ELSE 0 END AS n
              FROM tether_rate_limits WHERE id = ANY(buckets) ORDER BY id
     LOOP
         have := have || jsonb_build_object(b.id, b.n);
@@ -224,11 +230,13 @@ BEGIN
     UPDATE tether_rate_limits r
     SET tokens = greatest(0, (have ->> r.id)::DOUBLE PRECISION),
         refilled_at = greatest(r.refilled_at, at)
-    WHERE r.id IN (SELECT jsonb_object_keys(have));
+    WHERE r.id IN (SELECT jsonb_object_keys(have)) AND r.id = ANY(locked);
 END
 $$;
 
--- As version 2's, locking its candidates FOR NO KEY UPDATE (see 2. above).
+-- As version 2's, locking its candidates FOR NO KEY UPDATE (see 2. above). A lease runs
+-- from the moment it is granted (clock_timestamp()), not from the transaction's start
+-- (now()): a claim that was held up must never hand out a lease already partly spent.
 CREATE OR REPLACE FUNCTION tether_claim(p_worker TEXT, p_queues TEXT[], p_tasks TEXT[],
                                         p_limit INTEGER, p_lease DOUBLE PRECISION)
 RETURNS SETOF tether_jobs LANGUAGE plpgsql AS $$
@@ -281,7 +289,7 @@ BEGIN
             IF lockable = cardinality(c.limits) AND roomy THEN
                 UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
                     worker_id = p_worker, lease_token = lease_token + 1,
-                    lease_expires_at = now() + make_interval(secs => p_lease),
+                    lease_expires_at = clock_timestamp() + make_interval(secs => p_lease),
                     heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
                     actor = 'worker', reason = NULL
                 WHERE id = c.id;
@@ -293,7 +301,7 @@ BEGIN
     RETURN QUERY
     UPDATE tether_jobs SET state = 'running', attempt = attempt + 1,
         worker_id = p_worker, lease_token = lease_token + 1,
-        lease_expires_at = now() + make_interval(secs => p_lease),
+        lease_expires_at = clock_timestamp() + make_interval(secs => p_lease),
         heartbeat_at = now(), started_at = now(), result = NULL, stopped_by = NULL,
         actor = 'worker', reason = NULL
     WHERE id = ANY(free_ids)
