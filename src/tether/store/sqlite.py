@@ -485,12 +485,8 @@ class CallerSqliteStore(SqliteStore):
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._caller
+        _refuse_autocommit(conn)
         if not conn.in_transaction:
-            if conn.isolation_level is None:
-                raise InvalidJobError(
-                    "the sqlite3 connection is in autocommit mode outside a transaction; "
-                    "run BEGIN first, so the job commits with your writes"
-                )
             # The driver would begin at our first INSERT anyway; take the write lock now
             # so the reads before it see what the insert will.
             conn.execute("BEGIN IMMEDIATE")
@@ -503,6 +499,30 @@ class CallerSqliteStore(SqliteStore):
             raise
         conn.execute("RELEASE tether_enqueue")
         return out
+
+
+def _refuse_autocommit(conn: sqlite3.Connection) -> None:
+    """Refuse, before anything is written, a connection whose ``commit()`` would not
+    commit what tether writes on it: the job would hold the write lock until the
+    connection closes, and then be gone."""
+    # PEP 249's attribute (Python 3.12+): True makes commit() a no-op, even inside a
+    # BEGIN the caller ran; False keeps a transaction open that commit() commits.
+    # LEGACY_TRANSACTION_CONTROL (and older Pythons, without it) leave it to
+    # isolation_level, where None means autocommit.
+    autocommit = getattr(conn, "autocommit", getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", -1))
+    if autocommit is True:
+        raise InvalidJobError(
+            "the sqlite3 connection was opened with autocommit=True, where commit() does "
+            "nothing; open it with autocommit=False (or the default), so the job commits "
+            "with your writes"
+        )
+    if autocommit is False or conn.in_transaction:
+        return
+    if conn.isolation_level is None:
+        raise InvalidJobError(
+            "the sqlite3 connection is in autocommit mode outside a transaction; "
+            "run BEGIN first, so the job commits with your writes"
+        )
 
 
 async def _take(tx: Tx, candidates_sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
