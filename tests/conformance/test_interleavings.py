@@ -146,6 +146,49 @@ async def test_a_stalled_bulk_enqueue_and_its_discard_never_lose_an_acknowledged
     assert len(runs) > 10
 
 
+async def _claim(store: SqliteStore, ctx: Any) -> list[int]:
+    return [j.id for j in await store.claim("w1", ["bulk"], ["t"], BULK, 60.0)]
+
+
+@pytest.mark.usefixtures("small_chunks")
+async def test_a_claim_never_takes_a_job_of_a_bulk_still_being_written(
+    scheduler: Scheduler,
+) -> None:
+    def whole_or_none(run: Run) -> None:
+        jobs, _, _ = run.state
+        # Claimed only once the bulk closed, and then all of it at once.
+        assert run.outcomes[1] in ([], [j[0] for j in jobs]), (run.order, run.outcomes)
+
+    runs = await _every_run_is_serial(scheduler, Pair(_nothing, (_bulk, _claim), jobs_state))
+    for run in runs:
+        whole_or_none(run)
+
+
+async def _abandoned_bulk(store: SqliteStore) -> None:
+    """What a producer that died after its first chunk leaves: an open batch, stale,
+    with a chunk of jobs in it."""
+    await store.enqueue([new_job(queue="bulk", args={"i": i}) for i in range(2)])
+    await store._write_async(
+        lambda conn: (
+            conn.execute("INSERT INTO tether_open_batches (id, touched_at) VALUES ('dead', 1)"),
+            conn.execute("UPDATE tether_jobs SET batch = 'dead'"),
+        )
+    )
+
+
+@pytest.mark.usefixtures("small_chunks")
+async def test_two_rescuers_discarding_one_abandoned_bulk_leave_nothing(
+    scheduler: Scheduler,
+) -> None:
+    # Two leaders overlapping through a handover both find the dead producer's batch.
+    def nothing_left(run: Run) -> None:
+        assert run.state == ((), (), 0), run.order
+
+    await _every_run_is_serial(
+        scheduler, Pair(_abandoned_bulk, (_rescue, _rescue), jobs_state), nothing_left
+    )
+
+
 # -- a cancel request against the attempt's end -------------------------------------------
 
 
