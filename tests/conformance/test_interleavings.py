@@ -143,7 +143,11 @@ async def test_a_stalled_bulk_enqueue_and_its_discard_never_lose_an_acknowledged
     runs = await _every_run_is_serial(scheduler, pair, _all_or_nothing)
     # The race is reached: some producer was refused because its batch was discarded.
     assert any(r.raised(0) for r in runs)
-    assert len(runs) > 10
+    # And a rescue that saw the batch stale (its look came after the stall) but tried
+    # its discard only after the producer's next chunk, before its close, left the live
+    # producer alone.
+    resumed = [r for r in runs if r.order[:5] == [0, 0, 1, 0, 1]]
+    assert resumed and not any(r.raised(0) for r in resumed)
 
 
 async def _claim(store: SqliteStore, ctx: Any) -> list[int]:
