@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tether.store.sqlite as sqlite_store
+from tether.cancellation import CancellationService
 from tether.job import Beat, Job, Outcome
 from tether.states import JobState
 from tether.store import create_store
@@ -85,7 +86,7 @@ async def _every_run_is_serial(
     runs = await scheduler.every_interleaving(pair)
     for run in runs:
         where = f"steps {run.order}, answers {_brief(run.outcomes)}"
-        jobs, _, open_batches = run.state
+        jobs, _, open_batches, *_ = run.state
         present = {row[0]: row for row in jobs}
         for job_id in _acknowledged(run):
             assert job_id in present, f"acknowledged job {job_id} lost: {where}"
@@ -221,6 +222,47 @@ async def test_a_cancel_request_and_the_attempts_end_commit_in_either_order(
         assert jobs[0][2] == "succeeded"
 
     await _every_run_is_serial(scheduler, Pair(_running, (_cancel, _succeed), jobs_state), settled)
+
+
+# -- two settlers of one cancellation record ----------------------------------------------
+
+
+def _with_records(conn: sqlite3.Connection) -> tuple[Any, ...]:
+    records = conn.execute(
+        "SELECT job_id, status, json_array_length(steps), completed_at IS NOT NULL "
+        "FROM tether_cancellations ORDER BY job_id"
+    ).fetchall()
+    return (*jobs_state(conn), tuple(records))
+
+
+async def _partial_record(store: SqliteStore) -> Job:
+    """A cancel that stopped waiting while the job ran (``partial``), then the job
+    ended cancelled: the record waits for a follow-up to complete it."""
+    job = await _running(store)
+    result = await CancellationService(store, 0.01).cancel(
+        job.id, reason="stop", force=False, cascade=False, wait=0, actor="alice", request_id=None
+    )
+    assert result.status == "partial", result
+    out = Outcome(job.id, job.lease_token, JobState.CANCELLED, reason="stop")
+    assert await store.finish("w1", [out]) == {job.id}
+    return job
+
+
+async def _follow_up(store: SqliteStore, job: Job) -> list[str]:
+    return await CancellationService(store, 0.01).follow_up()
+
+
+async def test_two_follow_ups_complete_one_cancellation_record_once(
+    scheduler: Scheduler,
+) -> None:
+    def once(run: Run) -> None:
+        *_, records = run.state
+        assert [r[1] for r in records] == ["completed"], run.order
+        assert sorted(len(o) for o in run.outcomes) == [0, 1], (run.order, run.outcomes)
+
+    await _every_run_is_serial(
+        scheduler, Pair(_partial_record, (_follow_up, _follow_up), _with_records), once
+    )
 
 
 # -- one idempotency key, two enqueues ----------------------------------------------------
