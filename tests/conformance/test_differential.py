@@ -390,11 +390,13 @@ class StoresAgree(RuleBasedStateMachine):
             self.same(lambda s: s.store.set_rate_limit("queue", queue, RATE, burst), lambda _, x: x)
         else:
             self.same(lambda s: s.store.remove_rate_limit("queue", queue), lambda _, x: x)
+        self.buckets_agree()
 
     @rule(queue=st.sampled_from(QUEUES))
     def refill(self, queue: str) -> None:
         for side in self.sides:
             side.db.set_ago("tether_rate_limits", "refilled_at", f"queue:{queue}", 1e6)
+        self.buckets_agree()
 
     # -- workers -----------------------------------------------------------------------
 
@@ -408,6 +410,7 @@ class StoresAgree(RuleBasedStateMachine):
             return sorted((side.index[j.id], j.attempt, j.lease_token) for j in claimed)
 
         self.same(lambda s: s.store.claim("w", queues, ["t"], limit, 60.0), show)
+        self.buckets_agree()
 
     @precondition(lambda self: bool(self.sides[0].tokens))
     @rule(data=st.data(), target_state=st.sampled_from(FINISH_STATES), stale=st.booleans())
@@ -557,6 +560,9 @@ class StoresAgree(RuleBasedStateMachine):
         self.running = [v["job"] for v in views if v["state"] is JobState.RUNNING]
         # No bulk is left half-written: every batch is closed or gone.
         assert self.sides[0].db.execute("SELECT COUNT(*) FROM tether_open_batches") == [(0,)]
+
+    def buckets_agree(self) -> None:
+        """The rate limits' buckets hold the same whole tokens (checked where they move)."""
         self.same(
             lambda s: s.store.list_rate_limits(),
             lambda _, limits: [(x.scope, x.name, x.burst, int(x.tokens)) for x in limits],
