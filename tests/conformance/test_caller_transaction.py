@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -220,3 +221,69 @@ async def test_the_audit_row_of_an_enqueue_commits_or_rolls_back_with_the_caller
     await _end(caller, commit=True)
     rows = [r for r in await Audit(app).list() if r.action == "job.enqueue"]
     assert [(r.target, r.result) for r in rows] == [(f"job:{kept.id}", "ok")]
+
+
+# -- sqlite3's PEP 249 autocommit attribute (Python 3.12+) -----------------------------
+
+
+class _PepAutocommit(sqlite3.Connection):
+    """Where ``sqlite3.Connection`` has no ``autocommit`` attribute (before 3.12), a
+    stand-in with what matters of it: ``autocommit=True`` makes ``commit()`` a no-op
+    while ``isolation_level`` stays ``""``; ``autocommit=False`` keeps a transaction
+    open that ``commit()`` commits."""
+
+    autocommit: bool
+
+    def commit(self) -> None:
+        if not self.autocommit:
+            super().commit()
+
+
+def _connect_with_autocommit(path: str, autocommit: bool) -> sqlite3.Connection:
+    if sys.version_info >= (3, 12):  # the real attribute
+        return sqlite3.connect(path, timeout=1, autocommit=autocommit)
+    conn = sqlite3.connect(path, timeout=1, factory=_PepAutocommit)
+    conn.autocommit = autocommit  # type: ignore[attr-defined]
+    if not autocommit:
+        conn.execute("BEGIN")  # as 3.12 does: a transaction is always open
+    return conn
+
+
+@pytest.mark.parametrize("begun", [False, True])
+def test_a_sqlite_connection_with_pep249_autocommit_is_refused_and_nothing_is_written(
+    sqlite_url: str, begun: bool
+) -> None:
+    app = App(sqlite_url, config=AppConfig(wait_poll_interval=0.05))
+    app.run_sync(app.migrate())
+    try:
+        ship = _ship_task(app, [])
+        conn = _connect_with_autocommit(parse_sqlite_path(sqlite_url), autocommit=True)
+        assert conn.isolation_level == ""  # what the old check looked at
+        if begun:
+            conn.execute("BEGIN")  # still: commit() would not commit it
+        with pytest.raises(InvalidJobError, match="autocommit=True"):
+            ship.options(connection=conn).enqueue_sync(order=1)
+        assert conn.in_transaction is begun  # nothing of tether's left open or written
+        conn.close()
+        # The database is not held: another writer gets through, and finds no job.
+        assert app.run_sync(app.list()) == []
+        job = ship.enqueue_sync(order=2)
+        assert [j.id for j in app.run_sync(app.list())] == [job.id]
+    finally:
+        app.run_sync(app.close())
+
+
+def test_a_sqlite_connection_with_autocommit_false_commits_with_the_caller(
+    sqlite_url: str,
+) -> None:
+    app = App(sqlite_url, config=AppConfig(wait_poll_interval=0.05))
+    app.run_sync(app.migrate())
+    try:
+        ship = _ship_task(app, [])
+        conn = _connect_with_autocommit(parse_sqlite_path(sqlite_url), autocommit=False)
+        job = ship.options(connection=conn).enqueue_sync(order=1)
+        conn.commit()
+        conn.close()
+        assert [(j.id, j.state.value) for j in app.run_sync(app.list())] == [(job.id, "queued")]
+    finally:
+        app.run_sync(app.close())

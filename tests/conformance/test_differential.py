@@ -1,16 +1,27 @@
 """Differential property: the SQLite and the PostgreSQL store behave the same.
 
 A stateful test applies one random sequence of operations (enqueue with concurrency
-keys, dependencies and idempotency keys; claim; finish with every outcome and with
-fresh or stale tokens; heartbeat; cancel; pause; resume; retry; lease expiry and
-rescue) to a SQLite store and a PostgreSQL store side by side. After every step every
+keys, dependencies and idempotency keys; bulk enqueue in chunks, with a producer that
+stalls between two of them while the rescue runs, long enough to be discarded or not;
+enqueue in the caller's transaction, committed or rolled back; claim, under rate
+limits too; finish with every outcome and with fresh or stale tokens; heartbeat;
+cancel; pause; resume; retry; lease expiry and rescue; pruning; schedule ticks) to a
+SQLite store and a PostgreSQL store side by side. After every step every
 job must look the same in both (state, attempt, lease token, result, error, requests),
 and both must have answered the same (the jobs claimed, the writes accepted, the error
 raised). At the end every job's events and dependencies must agree.
 
 Job ids differ between the databases, so jobs are named by the order they were
 created in. Leases expire by moving ``lease_expires_at`` into the past, as the other
-conformance tests do; no step waits on a clock.
+conformance tests do, finished jobs age and rate buckets refill the same way, and the
+schedulers run on a clock the test moves; no step waits on a clock.
+
+SQLite commits a bulk of more than ``BULK_CHUNK`` jobs in chunks; here a chunk is two
+jobs, so every bulk spans several. A bulk whose producer stalls past
+``BULK_ABANDONED_AFTER`` is discarded by the rescue and refused with ``StoreError``;
+PostgreSQL commits a bulk in one transaction and has no such stall, so its side of
+that step is the same bulk rolled back, refused alike (an invalid bulk fails the same
+way on both before it gets that far).
 """
 
 from __future__ import annotations
@@ -20,10 +31,13 @@ import dataclasses
 import functools
 import itertools
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -38,10 +52,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tether.errors import TetherError
+import tether.store.sqlite as sqlite_store
+from tether import App
+from tether.errors import StoreError, TetherError
 from tether.job import Beat, Job, JobEvent, JobFilter, NewJob, Outcome
+from tether.maintenance.scheduler import Scheduler
 from tether.states import JobState
-from tether.store import Store, create_store
+from tether.store import Store, caller_store, create_store, parse_sqlite_path
+from tether.store.sqlite import SqliteStore
 
 from .support import Db, empty_tables, new_job
 
@@ -58,6 +76,12 @@ FINISH_STATES = (
     JobState.BLOCKED,  # waits for its children
 )
 
+# The schedulers' clock starts here; a round moves it on by whole minutes.
+EPOCH = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
+SCHEDULE = "tick"
+# So slow that no bucket refills between two steps: only the refill rule refills it.
+RATE = 0.001
+
 _examples = itertools.count(1)
 
 
@@ -70,6 +94,15 @@ class Side:
         self.ids: list[int] = []
         self.index: dict[int, int] = {}
         self.tokens: dict[int, int] = {}  # job index -> lease token of its last claim
+        self.scheduler: Scheduler | None = None
+
+    def learn(self, jobs: list[Job]) -> list[int | None]:
+        """Name new jobs by creation order; the names of ``jobs``."""
+        for job in jobs:
+            if job.id not in self.index:
+                self.index[job.id] = len(self.ids)
+                self.ids.append(job.id)
+        return [self.name(j.id) for j in jobs]
 
     def name(self, job_id: int | None) -> int | None:
         """The creation index of a job id (``None`` stays ``None``)."""
@@ -117,6 +150,7 @@ class StoresAgree(RuleBasedStateMachine):
     tmp: Path
     pg_url: str
     pg_store: Store
+    schedules: App  # declares the schedule the schedulers tick (never opens a store)
 
     jobs = Bundle("jobs")
 
@@ -129,6 +163,12 @@ class StoresAgree(RuleBasedStateMachine):
         self.sides = (Side(sqlite_store, Db(sqlite_url)), Side(self.pg_store, Db(self.pg_url)))
         self.args = itertools.count()
         self.running: list[int] = []  # jobs running after the last step, by index
+        self.clock = EPOCH
+        for side in self.sides:
+            side.scheduler = self.new_scheduler(side)
+
+    def new_scheduler(self, side: Side) -> Scheduler:
+        return Scheduler(self.schedules, side.store, interval=1.0, clock=lambda: self.clock)
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -159,7 +199,8 @@ class StoresAgree(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            for job in range(len(self.sides[0].ids)):
+            # (Both sides know the same jobs unless a step already failed on that.)
+            for job in range(min(len(side.ids) for side in self.sides)):
                 self.same(functools.partial(_events_of, job), _events)
                 self.same(functools.partial(_deps_of, job), _deps)
         finally:
@@ -191,14 +232,7 @@ class StoresAgree(RuleBasedStateMachine):
         def op(side: Side) -> Awaitable[list[Job]]:
             return side.store.enqueue([make(side) for make in entries])
 
-        def show(side: Side, jobs: list[Job]) -> list[int | None]:
-            for job in jobs:
-                if job.id not in side.index:
-                    side.index[job.id] = len(side.ids)
-                    side.ids.append(job.id)
-            return [side.name(j.id) for j in jobs]
-
-        answer = self.same(op, show)
+        answer = self.same(op, Side.learn)
         return multiple() if isinstance(answer, str) else multiple(*answer)
 
     @rule(
@@ -234,6 +268,147 @@ class StoresAgree(RuleBasedStateMachine):
 
         return self.enqueue([first, chained])
 
+    @rule(
+        target=jobs,
+        size=st.integers(3, 5),
+        idem=st.sampled_from([None, "i1", "i2"]),
+        deps=st.lists(jobs, max_size=1),
+        chained=st.booleans(),
+        abandoned=st.booleans(),
+        expire=st.booleans(),
+    )
+    def enqueue_bulk(
+        self,
+        size: int,
+        idem: str | None,
+        deps: list[int],
+        chained: bool,
+        abandoned: bool,
+        expire: bool,
+    ) -> Any:
+        """A bulk in several chunks (on SQLite), whose producer stalls after the first
+        while the rescue runs: past ``BULK_ABANDONED_AFTER`` (``abandoned``) or not.
+        ``chained``: its last job depends on its first."""
+        entries = [self.entry(None, None, (), 2) for _ in range(size - 2)]
+        entries.append(self.entry(None, idem, tuple(deps), 2))
+        last = self.entry("k1", idem, (), 2)  # the key again: it answers with its job
+        entries.append(
+            lambda side: dataclasses.replace(last(side), depends_on_batch=(0,) if chained else ())
+        )
+        if expire and self.running:
+            for side in self.sides:
+                side.db.expire_lease(side.ids[self.running[0]])
+
+        async def op(side: Side) -> list[Job]:
+            new = [make(side) for make in entries]
+            if isinstance(side.store, SqliteStore):
+                try:
+                    return await _stalled_bulk(side, side.store, new, abandoned)
+                except TetherError:
+                    if abandoned:  # discarded, or invalid in a chunk the discard beat
+                        raise StoreError("bulk enqueue refused") from None
+                    raise
+            await side.store.rescue()
+            if abandoned:
+                # One transaction here, and no stall to be discarded for: PostgreSQL's
+                # side is the bulk refused whole, leaving nothing, as SQLite's must.
+                raise StoreError("bulk enqueue refused")
+            return await side.store.enqueue(new)
+
+        answer = self.same(op, Side.learn)
+        return multiple() if isinstance(answer, str) else multiple(*answer)
+
+    @rule(target=jobs, commit=st.booleans(), idem=st.sampled_from([None, "i1", "t1"]))
+    def enqueue_in_transaction(self, commit: bool, idem: str | None) -> Any:
+        """Enqueue on the caller's own connection, which then commits or rolls back."""
+        entry = self.entry(None, idem, (), 2)
+
+        async def op(side: Side) -> tuple[list[Job], bool]:
+            if side.db.dialect == "sqlite":
+                conn = sqlite3.connect(parse_sqlite_path(side.db.url), timeout=10)
+                try:
+                    jobs = await caller_store(side.db.url, conn).enqueue([entry(side)])
+                    conn.commit() if commit else conn.rollback()
+                finally:
+                    conn.close()
+            else:
+                async with await psycopg.AsyncConnection.connect(self.pg_url) as aconn:
+                    jobs = await caller_store(self.pg_url, aconn).enqueue([entry(side)])
+                    await (aconn.commit() if commit else aconn.rollback())
+            known = all(j.id in side.index for j in jobs)
+            return jobs, known
+
+        def show(side: Side, answer: tuple[list[Job], bool]) -> Any:
+            jobs, known = answer
+            if commit or known:  # an existing job the key answered with stays
+                return side.learn(jobs)
+            return ["rolled back"] * len(jobs)
+
+        answer = self.same(op, show)
+        named = [] if isinstance(answer, str) else [a for a in answer if isinstance(a, int)]
+        return multiple(*named)
+
+    @rule(target=jobs, minutes=st.sampled_from([0, 1, 1, 2]), new_leader=st.booleans())
+    def schedule_round(self, minutes: int, new_leader: bool) -> Any:
+        """The scheduler's round, ``minutes`` later; ``new_leader``: by a scheduler that
+        has not synced the schedule yet (a leader changing hands)."""
+        self.clock += timedelta(minutes=minutes)
+        if new_leader:
+            for side in self.sides:
+                side.scheduler = self.new_scheduler(side)
+
+        async def op(side: Side) -> list[Job]:
+            assert side.scheduler is not None
+            return await side.scheduler.run_once()
+
+        answer = self.same(op, Side.learn)
+        self.same(
+            lambda s: s.store.list_schedules(),
+            lambda side, rows: [
+                (r.name, r.paused, r.last_tick, r.next_tick, side.name(r.last_job_id)) for r in rows
+            ],
+        )
+        return multiple() if isinstance(answer, str) else multiple(*answer)
+
+    @rule(paused=st.booleans())
+    def pause_schedule(self, paused: bool) -> None:
+        self.same(lambda s: s.store.set_schedule_paused(SCHEDULE, paused), lambda _, x: x)
+
+    @rule(
+        state=st.sampled_from(["succeeded", "failed", "cancelled"]), limit=st.sampled_from([1, 50])
+    )
+    def prune(self, state: str, limit: int) -> None:
+        """Prune finished jobs (all of them aged an hour first), outside live workflows."""
+        for side in self.sides:
+            side.db.execute(
+                "UPDATE tether_jobs SET finished_at = "
+                + (
+                    "finished_at - 3600"
+                    if side.db.dialect == "sqlite"
+                    else "finished_at - interval '1 hour'"
+                )
+                + " WHERE finished_at IS NOT NULL"
+            )
+        self.same(
+            lambda s: s.store.prune_jobs(state, 60.0, limit, None, False),
+            lambda _, batch: (batch.counts, batch.scanned, batch.kept),
+        )
+
+    @rule(queue=st.sampled_from(QUEUES), burst=st.sampled_from([0, 1, 2]))
+    def rate_limit(self, queue: str, burst: int) -> None:
+        """Limit a queue's claims to ``burst`` until refilled (0: no limit)."""
+        if burst:
+            self.same(lambda s: s.store.set_rate_limit("queue", queue, RATE, burst), lambda _, x: x)
+        else:
+            self.same(lambda s: s.store.remove_rate_limit("queue", queue), lambda _, x: x)
+        self.buckets_agree()
+
+    @rule(queue=st.sampled_from(QUEUES))
+    def refill(self, queue: str) -> None:
+        for side in self.sides:
+            side.db.set_ago("tether_rate_limits", "refilled_at", f"queue:{queue}", 1e6)
+        self.buckets_agree()
+
     # -- workers -----------------------------------------------------------------------
 
     @rule(limit=st.integers(1, 3), queue=st.sampled_from([None, *QUEUES]))
@@ -246,6 +421,7 @@ class StoresAgree(RuleBasedStateMachine):
             return sorted((side.index[j.id], j.attempt, j.lease_token) for j in claimed)
 
         self.same(lambda s: s.store.claim("w", queues, ["t"], limit, 60.0), show)
+        self.buckets_agree()
 
     @precondition(lambda self: bool(self.sides[0].tokens))
     @rule(data=st.data(), target_state=st.sampled_from(FINISH_STATES), stale=st.booleans())
@@ -333,10 +509,7 @@ class StoresAgree(RuleBasedStateMachine):
             return side.store.spawn(side.ids[parent], side.tokens[parent], child)
 
         def show(side: Side, child: Job | None) -> int | None:
-            if child is not None and child.id not in side.index:
-                side.index[child.id] = len(side.ids)
-                side.ids.append(child.id)
-            return None if child is None else side.name(child.id)
+            return None if child is None else side.learn([child])[0]
 
         child = self.same(op, show)
         return multiple() if child is None or isinstance(child, str) else child
@@ -396,6 +569,63 @@ class StoresAgree(RuleBasedStateMachine):
             lambda side, jobs: sorted((side.view(j) for j in jobs), key=lambda v: int(v["job"])),
         )
         self.running = [v["job"] for v in views if v["state"] is JobState.RUNNING]
+        # No bulk is left half-written: every batch is closed or gone.
+        assert self.sides[0].db.execute("SELECT COUNT(*) FROM tether_open_batches") == [(0,)]
+
+    def buckets_agree(self) -> None:
+        """The rate limits' buckets hold the same whole tokens (checked where they move)."""
+        self.same(
+            lambda s: s.store.list_rate_limits(),
+            lambda _, limits: [(x.scope, x.name, x.burst, int(x.tokens)) for x in limits],
+        )
+
+
+async def _stalled_bulk(side: Side, store: SqliteStore, jobs: list[NewJob], abandoned: bool) -> Any:
+    """SQLite's bulk, stalled before its second chunk (its third hop to the store
+    thread, after opening the batch and the first chunk) while a rescue in another
+    store looks and takes its first transaction; the producer resumes before the
+    rescue's next one, and the rescue finishes after the producer."""
+    hops = 0
+    rescuer = create_store(side.db.url)
+    assert isinstance(rescuer, SqliteStore)
+    rescue: asyncio.Task[Any] | None = None
+    resume, parked = asyncio.Event(), asyncio.Event()
+    rescuer_hops = 0
+
+    async def rescuer_step() -> None:
+        nonlocal rescuer_hops
+        rescuer_hops += 1
+        if rescuer_hops == 3:  # after its look and its first discard (if any)
+            parked.set()
+            await resume.wait()
+
+    async def stall() -> None:
+        nonlocal hops, rescue
+        hops += 1
+        if hops == 3:
+            if abandoned:
+                side.db.execute(
+                    "UPDATE tether_open_batches SET touched_at = touched_at - %s",
+                    (sqlite_store.BULK_ABANDONED_AFTER * 2,),
+                )
+            await rescuer.open()
+            rescuer.step = rescuer_step
+            rescue = asyncio.create_task(rescuer.rescue())
+            waiting = asyncio.create_task(parked.wait())
+            await asyncio.wait({rescue, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+
+    store.step = stall
+    try:
+        return await store.enqueue(jobs)
+    finally:
+        store.step = None
+        resume.set()
+        if rescue is None:
+            await store.rescue()
+        else:
+            await rescue
+        await rescuer.close()
 
 
 def _events_of(job: int, side: Side) -> Awaitable[list[JobEvent]]:
@@ -415,14 +645,30 @@ def _deps(side: Side, deps: tuple[list[int], list[int]]) -> tuple[list[int], lis
     return sorted(side.index[i] for i in up), sorted(side.index[i] for i in down)
 
 
+def _schedules(tmp_path: Path) -> App:
+    app = App(f"sqlite:///{tmp_path}/schedules.db")
+
+    @app.task(name="t")
+    async def t(ctx: Any) -> None:
+        pass
+
+    app.schedule("t", cron="* * * * *", name=SCHEDULE, queue=QUEUES[0])
+    return app
+
+
 @pytest.mark.postgres
-def test_sqlite_and_postgresql_agree_on_random_operations(tmp_path: Path, pg_url: str) -> None:
+def test_sqlite_and_postgresql_agree_on_random_operations(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "BULK_CHUNK", 2)
+    monkeypatch.setattr(sqlite_store, "BULK_PAUSE", 0.0)
     loop = asyncio.new_event_loop()
     pg_store = create_store(pg_url)
     try:
         loop.run_until_complete(pg_store.open())
         StoresAgree.loop, StoresAgree.tmp = loop, tmp_path
         StoresAgree.pg_url, StoresAgree.pg_store = pg_url, pg_store
+        StoresAgree.schedules = _schedules(tmp_path)
         run_state_machine_as_test(
             StoresAgree,
             settings=settings(

@@ -16,7 +16,7 @@ import secrets
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
@@ -59,7 +59,23 @@ LOCK_POLL_MAX = 0.008
 # A bulk whose producer has committed nothing for this long is abandoned (its process
 # died half-way): the rescue deletes its jobs.
 BULK_ABANDONED_AFTER = 60.0
-OPEN_BATCH = "SELECT 1 FROM tether_open_batches WHERE id = ?"
+# The touched_at of a batch whose discard has begun: stale under any clock, and final.
+# Its producer's next chunk and its close both refuse, so a producer that wakes up
+# between two of the discard's transactions gets an error, never a half-deleted bulk.
+DISCARDING = 0.0
+# A producer's chunk and its close (under the write lock, with their own writes): the
+# batch is still open and no discard has begun.
+TOUCH_BATCH = (
+    f"UPDATE tether_open_batches SET touched_at = {NOW} "
+    f"WHERE id = :batch AND touched_at <> {DISCARDING}"
+)
+CLOSE_BATCH = f"DELETE FROM tether_open_batches WHERE id = ? AND touched_at <> {DISCARDING}"
+# The discard's look, under the write lock: (being discarded already, abandoned now).
+BATCH_STATE = (
+    f"SELECT touched_at = {DISCARDING}, touched_at < {NOW} - ? "
+    "FROM tether_open_batches WHERE id = ?"
+)
+ABANDONED = "bulk enqueue abandoned: it stalled too long between chunks and was discarded"
 
 
 class SqliteStore(SqlStore):
@@ -83,6 +99,10 @@ class SqliteStore(SqlStore):
         self._rows = RowReader(text_json=True, epoch_times=True)
         self._watcher: asyncio.Task[None] | None = None
         self._memory: MemoryDatabase | None = None
+        # Awaited before every hop to the store thread (one read, or one write
+        # transaction): a test's scheduler parks the call there to choose which of two
+        # operations' transactions runs next. None in production.
+        self.step: Callable[[], Awaitable[None]] | None = None
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -138,6 +158,8 @@ class SqliteStore(SqlStore):
         if self._executor is None:
             await self.open()
         assert self._executor is not None
+        if self.step is not None:
+            await self.step()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
@@ -234,35 +256,48 @@ class SqliteStore(SqlStore):
                     functools.partial(self._chunk, jobs[i : i + BULK_CHUNK], ids, batch)
                 )
             closed = await self._write_async(
-                lambda conn: (
-                    conn.execute("DELETE FROM tether_open_batches WHERE id = ?", (batch,)).rowcount
-                )
+                lambda conn: conn.execute(CLOSE_BATCH, (batch,)).rowcount
             )
             if not closed:
-                raise StoreError("bulk enqueue abandoned: it stalled too long between chunks")
+                raise StoreError(ABANDONED)
         except BaseException:
             # Shielded: a cancelled enqueue still removes what it wrote.
-            await asyncio.shield(self._discard_batch(batch))
+            await asyncio.shield(self._discard_batch(batch, abandoned_only=False))
             raise
         return out
 
     def _abandoned_batches(self) -> list[str]:
+        """Candidates only: each is judged again under the write lock before a job goes."""
         rows = self._db().execute(
             f"SELECT id FROM tether_open_batches WHERE touched_at < {NOW} - ?",
             (BULK_ABANDONED_AFTER,),
         )
         return [r[0] for r in rows]
 
-    async def _discard_batch(self, batch: str) -> None:
-        """Delete an open batch's jobs, in short transactions, then the batch."""
-        while await self._write_async(functools.partial(self._discard_chunk, batch)):
+    async def _discard_batch(self, batch: str, *, abandoned_only: bool) -> None:
+        """Delete an open batch's jobs, in short transactions, then the batch.
+        ``abandoned_only``: the rescue's discard, which leaves a batch whose producer
+        committed a chunk since it looked."""
+        discard = functools.partial(self._discard_chunk, batch, abandoned_only)
+        while await self._write_async(discard):
             pass
 
-    def _discard_chunk(self, batch: str, conn: sqlite3.Connection) -> bool:
-        """Delete up to a chunk of an open batch's jobs; ``False`` once none is left
-        (the batch is closed then). A closed batch is never touched: its jobs are real."""
-        if conn.execute(OPEN_BATCH, (batch,)).fetchone() is None:
+    def _discard_chunk(self, batch: str, abandoned_only: bool, conn: sqlite3.Connection) -> bool:
+        """Under the write lock: mark the batch as being discarded (its producer can no
+        longer add to it or close it), then delete up to a chunk of its jobs; ``False``
+        once none is left (the batch is gone then), or when there is nothing to discard:
+        a closed batch (its jobs are real), or, with ``abandoned_only``, one whose
+        producer is live again and whose discard has not begun."""
+        row = conn.execute(BATCH_STATE, (BULK_ABANDONED_AFTER, batch)).fetchone()
+        if row is None:
             return False
+        discarding, abandoned = row
+        if not discarding:
+            if abandoned_only and not abandoned:
+                return False
+            conn.execute(
+                "UPDATE tether_open_batches SET touched_at = ? WHERE id = ?", (DISCARDING, batch)
+            )
         ids = [
             r[0]
             for r in conn.execute(
@@ -282,12 +317,9 @@ class SqliteStore(SqlStore):
 
     async def _chunk(self, jobs: Sequence[NewJob], ids: list[int], batch: str, tx: Tx) -> list[Job]:
         """Insert one chunk of a bulk (``ids``: the ids of its earlier chunks, extended)."""
-        touched = await tx.run(
-            f"UPDATE tether_open_batches SET touched_at = {NOW} WHERE id = :batch",
-            {"batch": batch},
-        )
-        if not touched:
-            raise StoreError("bulk enqueue abandoned: it stalled too long between chunks")
+        # In this chunk's transaction: a batch whose discard has begun stays discarded.
+        if not await tx.run(TOUCH_BATCH, {"batch": batch}):
+            raise StoreError(ABANDONED)
         out, _ = await self._insert_jobs(tx, jobs, ids, batch)
         return out
 
@@ -323,7 +355,7 @@ class SqliteStore(SqlStore):
         # A bulk enqueue whose process died half-way: its jobs were never claimable;
         # delete them, as its producer would have on failure.
         for batch in await self._call(self._abandoned_batches):
-            await self._discard_batch(batch)
+            await self._discard_batch(batch, abandoned_only=True)
 
     async def _prune_dry_run(self, body: Body[T]) -> T:
         # A read: a dry run takes no write lock (PostgreSQL's runs in a transaction).
@@ -453,12 +485,8 @@ class CallerSqliteStore(SqliteStore):
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._caller
+        _refuse_autocommit(conn)
         if not conn.in_transaction:
-            if conn.isolation_level is None:
-                raise InvalidJobError(
-                    "the sqlite3 connection is in autocommit mode outside a transaction; "
-                    "run BEGIN first, so the job commits with your writes"
-                )
             # The driver would begin at our first INSERT anyway; take the write lock now
             # so the reads before it see what the insert will.
             conn.execute("BEGIN IMMEDIATE")
@@ -471,6 +499,30 @@ class CallerSqliteStore(SqliteStore):
             raise
         conn.execute("RELEASE tether_enqueue")
         return out
+
+
+def _refuse_autocommit(conn: sqlite3.Connection) -> None:
+    """Refuse, before anything is written, a connection whose ``commit()`` would not
+    commit what tether writes on it: the job would hold the write lock until the
+    connection closes, and then be gone."""
+    # PEP 249's attribute (Python 3.12+): True makes commit() a no-op, even inside a
+    # BEGIN the caller ran; False keeps a transaction open that commit() commits.
+    # LEGACY_TRANSACTION_CONTROL (and older Pythons, without it) leave it to
+    # isolation_level, where None means autocommit.
+    autocommit = getattr(conn, "autocommit", getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", -1))
+    if autocommit is True:
+        raise InvalidJobError(
+            "the sqlite3 connection was opened with autocommit=True, where commit() does "
+            "nothing; open it with autocommit=False (or the default), so the job commits "
+            "with your writes"
+        )
+    if autocommit is False or conn.in_transaction:
+        return
+    if conn.isolation_level is None:
+        raise InvalidJobError(
+            "the sqlite3 connection is in autocommit mode outside a transaction; "
+            "run BEGIN first, so the job commits with your writes"
+        )
 
 
 async def _take(tx: Tx, candidates_sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
