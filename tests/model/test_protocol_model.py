@@ -1,0 +1,230 @@
+"""The SPIN model of the lease protocol (src/tether/model/protocol.pml), checked.
+
+Safety (every scenario, exhaustively): no two attempts of a job effective at once, none
+inside its lease at once, no write accepted from a stale token, no lost job, and no
+transition that states.py does not list. Liveness under weak fairness (acceptance
+cycles of the LTL claims): every job ends, every cancellation settles. A mutated model
+must fail with a counterexample trail, so a model change that breaks a property fails
+the run. A broken property's assertion message carries the trail (``spin -t -p``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.model.promela import MODEL_DIR, STATES_PML, model_transitions, states_pml
+from tether.states import transition_pairs
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+MODEL = MODEL_DIR / "protocol.pml"
+# Deep enough for the longest path of any scenario (about 2,600 steps).
+DEPTH = "-m20000"
+
+
+def _tools() -> None:
+    missing = [tool for tool in ("spin", "gcc") if shutil.which(tool) is None]
+    if missing:
+        message = f"the protocol model needs {' and '.join(missing)} (Debian packages spin, gcc)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@dataclass
+class Check:
+    """One pan run: what it found and what it cost."""
+
+    errors: int
+    states: int
+    memory_mb: float
+    seconds: float
+    output: str
+    trail: str
+
+    def summary(self) -> str:
+        return (
+            f"{self.states} states, {self.memory_mb:.0f} MB, {self.seconds:.1f} s, "
+            f"{self.errors} error(s)"
+        )
+
+
+def run_check(
+    workdir: Path,
+    *,
+    defines: list[str],
+    claim: str | None = None,
+    model: str | None = None,
+) -> Check:
+    """Generate the verifier (``spin -a``), compile it and run it: for safety (assertions,
+    the invariant monitor, end states) without a claim, else for acceptance cycles of
+    the LTL ``claim`` under weak fairness. On an error, replay the trail."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STATES_PML, workdir / "states.pml")
+    (workdir / "protocol.pml").write_text(model if model is not None else MODEL.read_text())
+    spin_defs = [*defines, *(["-DNOMONITOR"] if claim else [])]
+    subprocess.run(
+        ["spin", "-a", *spin_defs, "protocol.pml"],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    cflags = ["-O2", "-w", "-DMEMLIM=1024", "-DNOBOUNDCHECK"]
+    cflags += ["-DNFAIR=3"] if claim else ["-DSAFETY", "-DNOCLAIM"]
+    subprocess.run(
+        ["gcc", *cflags, "-o", "pan", "pan.c"], cwd=workdir, check=True, capture_output=True
+    )
+    args = ["./pan", DEPTH, "-w24"]
+    args += ["-a", "-f", "-N", claim] if claim else []
+    started = time.monotonic()
+    out = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=600).stdout
+    seconds = time.monotonic() - started
+    errors = int(_field(r"errors: (\d+)", out))
+    trail = ""
+    if errors and (workdir / "protocol.pml.trail").exists():
+        replay = subprocess.run(
+            ["spin", "-t", "-p", "-g", "-k", "protocol.pml.trail", *spin_defs, "protocol.pml"],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+        )
+        trail = replay.stdout + replay.stderr
+    return Check(
+        errors=errors,
+        states=int(_field(r"(\d+) states, stored", out)),
+        memory_mb=float(_field(r"([\d.]+)\s+total actual memory usage", out)),
+        seconds=seconds,
+        output=out,
+        trail=trail,
+    )
+
+
+def _field(pattern: str, text: str) -> str:
+    found = re.search(pattern, text)
+    assert found, f"pan's output has no {pattern!r}:\n{text}"
+    return found.group(1)
+
+
+def _failure(check: Check, what: str) -> str:
+    # The trail can be long; its last part holds the violation, and the start the scenario.
+    trail = check.trail
+    if len(trail) > 60_000:
+        trail = trail[:10_000] + "\n[...]\n" + trail[-50_000:]
+    return f"{what}: {check.summary()}\n{check.output}\ncounterexample (spin -t -p):\n{trail}"
+
+
+@pytest.fixture(autouse=True)
+def _need_tools() -> None:
+    _tools()
+
+
+# -- the model and states.py ---------------------------------------------------------
+
+
+def test_the_models_state_machine_is_generated_from_states_py() -> None:
+    assert STATES_PML.read_text() == states_pml(), (
+        "src/tether/model/states.pml differs from states.py; regenerate it with "
+        "`PYTHONPATH=src python -m tests.model.promela` and check the model still holds"
+    )
+
+
+def test_the_models_transitions_equal_states_py() -> None:
+    assert model_transitions(STATES_PML.read_text()) == set(transition_pairs())
+
+
+def test_every_state_change_in_the_model_goes_through_the_checked_guard() -> None:
+    # MOVE asserts LEGAL(from, to) (generated from states.py): a state assigned any
+    # other way would escape the comparison above.
+    text = MODEL.read_text()
+    assignments = re.findall(r"\bst\[[^\]]+\]\s*=(?!=)", text)
+    assert assignments == ["st[j] ="], assignments
+    assert "assert(LEGAL(st[j], to))" in text
+
+
+# -- the protocol's properties -------------------------------------------------------
+
+
+def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
+    check = run_check(tmp_path, defines=[])
+    print(f"safety, every scenario: {check.summary()}")
+    assert check.errors == 0, _failure(check, "a safety property broke")
+
+
+@pytest.mark.parametrize(
+    ("claim", "scenarios"),
+    [
+        ("every_job_ends", "S_CRASH|S_CLOCK|S_NETWORK|S_LOCKS"),
+        ("every_job_ends", "S_REQUESTS"),
+        ("every_cancellation_settles", "S_REQUESTS"),
+    ],
+)
+def test_liveness_holds_under_weak_fairness(tmp_path: Path, claim: str, scenarios: str) -> None:
+    check = run_check(tmp_path, defines=[f"-DSCENARIOS=({scenarios})"], claim=claim)
+    print(f"{claim} ({scenarios}): {check.summary()}")
+    assert check.errors == 0, _failure(check, f"{claim} broke")
+
+
+# -- a broken model fails, with a trail ----------------------------------------------
+
+MUTANTS = {
+    # The rescue trusts the database clock alone: a clock step rescues a live worker.
+    "rescue_without_the_monotonic_watch": (
+        "#define STALE(w, j) (DBEXPIRED(w, j) && WATCHED(w, j))",
+        "#define STALE(w, j) (DBEXPIRED(w, j))",
+        "S_CLOCK",
+        None,
+    ),
+    # Worker writes match the state but not the token: a resumed stale attempt
+    # completes the job that another worker now runs.
+    "writes_not_fenced_by_the_token": (
+        "#define FENCED(j, t) (tok[j] == (t) && st[j] == RUNNING)",
+        "#define FENCED(j, t) (st[j] == RUNNING)",
+        "S_CRASH",
+        None,
+    ),
+    # The heartbeat's answer renews the fence point of a row it skipped (locked by a
+    # foreign transaction): the lease runs out while the worker still trusts it.
+    "a_skipped_row_renews_the_fence_point": (
+        "#define SKIPPED_RENEWS 0",
+        "#define SKIPPED_RENEWS 1",
+        "S_LOCKS",
+        None,
+    ),
+    # The rescuer watches the worker's heartbeat counter instead of each lease: a job
+    # its worker fenced (or a row it could not extend) is never rescued while the
+    # worker beats on.
+    "the_rescuer_watches_the_workers_counter": (
+        "#define WORKER_BEATS 0",
+        "#define WORKER_BEATS 1",
+        "S_LOCKS",
+        "every_job_ends",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_a_model_that_breaks_a_property_fails_with_a_trail(tmp_path: Path, name: str) -> None:
+    old, new, scenarios, claim = MUTANTS[name]
+    text = MODEL.read_text()
+    assert text.count(old) == 1, f"the model no longer has {old!r}; update this mutant"
+    check = run_check(
+        tmp_path,
+        defines=[f"-DSCENARIOS=({scenarios})"],
+        claim=claim,
+        model=text.replace(old, new),
+    )
+    print(f"mutant {name}: {check.summary()}")
+    assert check.errors > 0, f"the mutant {name} passed: the check cannot see that break"
+    assert check.trail, f"the mutant {name} failed without a trail:\n{check.output}"
+    if claim:
+        assert "START OF CYCLE" in check.trail, check.trail[-5000:]
+    else:
+        assert "assertion violated" in check.trail, check.trail[-5000:]
