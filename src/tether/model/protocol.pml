@@ -161,8 +161,11 @@ inline finish(w, j, t, out) {
 /* The attempt stops executing. */
 #define STOP(w, j) held[IDX(w, j)] = 0; age[IDX(w, j)] = 0; intr[IDX(w, j)] = 0
 
-/* The rescue itself (one fenced, row-locked UPDATE): the token is bumped. */
+/* The rescue itself (one fenced, row-locked UPDATE): the token is bumped. No live
+ * worker's job is rescued: the attempt it takes over is not one its worker still
+ * trusts (past its fence point, or gone). */
 inline rescue(j) {
+    assert(!(held[IDX(own[j], j)] == tok[j] && age[IDX(own[j], j)] < FENCE));
     tok[j] = tok[j] + 1;
     if
     :: creq[j] -> LEAVE(j, CANCELLED)
@@ -569,5 +572,5 @@ active proctype Monitor() {
 #define NONEPENDING (crec[0] != PENDING && crec[1] != PENDING && crec[2] != PENDING)
 #endif
 
-ltl every_job_ends { <> [] ALLENDED }
+ltl every_job_ends { [] <> ALLENDED }
 ltl every_cancellation_settles { [] (!NONEPENDING -> <> NONEPENDING) }
