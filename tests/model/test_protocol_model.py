@@ -170,6 +170,15 @@ def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
     assert check.errors == 0, _failure(check, "a safety property broke")
 
 
+@pytest.mark.parametrize("size", ["-DNW=3", "-DNJ=3"])
+def test_safety_holds_with_three_workers_or_three_jobs(tmp_path: Path, size: str) -> None:
+    # The crash scenario (a SIGKILL or shutdown, and a stall): a third worker or job
+    # multiplies the states by 13 to 20, so the other scenarios stay at 2 x 2.
+    check = run_check(tmp_path, defines=[size, scenarios("S_CRASH")])
+    print(f"safety, {size}, crash: {check.summary()}")
+    assert check.errors == 0, _failure(check, "a safety property broke")
+
+
 @pytest.mark.parametrize(
     ("claim", "names"),
     [
