@@ -164,12 +164,16 @@ def test_every_state_change_in_the_model_goes_through_the_checked_guard() -> Non
 # -- the protocol's properties -------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
     check = run_check(tmp_path, defines=[scenarios(*SCENARIO)])
     print(f"safety, every scenario: {check.summary()}")
     assert check.errors == 0, _failure(check, "a safety property broke")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("size", ["-DNW=3", "-DNJ=3"])
 def test_safety_holds_with_three_workers_or_three_jobs(tmp_path: Path, size: str) -> None:
     # The crash scenario (a SIGKILL or shutdown, and a stall): a third worker or job
@@ -179,6 +183,8 @@ def test_safety_holds_with_three_workers_or_three_jobs(tmp_path: Path, size: str
     assert check.errors == 0, _failure(check, "a safety property broke")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     ("claim", "names"),
     [
@@ -220,6 +226,14 @@ MUTANTS = {
         "#define SKIPPED_RENEWS 1",
         "S_LOCKS",
         None,
+    ),
+    # Nobody settles a cancellation record once its job has stopped.
+    "no_follow_up": (
+        "#define FOLLOW_UP(j) if :: crec[j] == PENDING && st[j] != RUNNING -> "
+        "crec[j] = SETTLED :: else -> skip fi",
+        "#define FOLLOW_UP(j) skip",
+        "S_REQUESTS",
+        "every_cancellation_settles",
     ),
     # The rescuer watches the worker's heartbeat counter instead of each lease: a job
     # its worker fenced (or a row it could not extend) is never rescued while the

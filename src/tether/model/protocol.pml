@@ -114,7 +114,7 @@ byte child;             /* a job that waits for its children */
 /* An accepted worker write comes from the job's latest attempt: no stale token. */
 #define ACCEPTED(j, t) assert((t) == tok[j])
 
-/* Design switches, off in the protocol checked (README.md, "Variants"):
+/* Design switches, off in the protocol checked (README.md, "The protocol checked"):
  * SKIPPED_RENEWS: a heartbeat's answer also renews the fence point of a row it skipped;
  * WORKER_BEATS: the rescuer watches the worker's heartbeat counter, not each lease. */
 #ifndef SKIPPED_RENEWS
@@ -294,7 +294,8 @@ active [NW] proctype Worker() {
 end:
     do
     :: atomic { ACTIVE(w) && !done[w] ->
-        /* Leader election: take or renew the row; believe it until TTL after SENDING. */
+        /* Leader election: take or renew the row (TTL of database time); lead this
+         * round if the answer says so. */
         if
         :: lholder == w || lholder == NONE || lttl == 0 ->
             lholder = w; lttl = TTL;
