@@ -404,7 +404,8 @@ active proctype Clock() {
         :: SCENARIOS & S_LOCKS -> scenario = S_LOCKS; flocks = 1
         fi
     }
-end:
+    /* No end label: the clock never stops, so a state where nothing can move is a
+     * deadlock that pan reports (an invalid end state). */
     do
     :: atomic { ALLDONE ->
         for (w : 0 .. NW - 1) {
