@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Any
 
+from tether.store.driver import lock_wait
+
 
 class Service:
     """Calls :meth:`run_once` every ``interval`` seconds until stopped.
@@ -19,6 +21,9 @@ class Service:
     """
 
     name = "service"
+    #: Seconds a statement of this loop's rounds may wait for a row lock another client
+    #: holds (:data:`tether.store.driver.LOCK_WAIT`); ``None``: no bound of its own.
+    lock_wait: float | None = None
 
     def __init__(
         self,
@@ -48,6 +53,10 @@ class Service:
         only says no on the others); :meth:`run_once` itself always works."""
         return True
 
+    async def off_duty(self) -> None:
+        """What :meth:`run` does instead of a round while :meth:`due` says no: nothing,
+        unless a service keeps watch meanwhile (the rescuer does)."""
+
     def wake(self) -> None:
         """Run the next round now instead of at the end of the interval."""
         self._wake.set()
@@ -68,8 +77,11 @@ class Service:
         """Loop until :meth:`stop`; never raises for a failed round."""
         while not self._stop.is_set():
             try:
-                if self.due():
-                    await self.run_once()
+                with lock_wait(self.lock_wait):
+                    if self.due():
+                        await self.run_once()
+                    else:
+                        await self.off_duty()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -27,11 +27,11 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether.config import DEFAULT_POOL_SIZE, POOL_MAX_IDLE, StoreConfig
-from tether.errors import ConfigError, InvalidJobError, StoreError
+from tether.errors import ConfigError, InvalidJobError, RowLocked, StoreError
 from tether.hints import Hints
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
-from tether.store.driver import Body, T
+from tether.store.driver import LOCK_WAIT, Body, T
 from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx
 from tether.store.rows import (
     RowReader,
@@ -324,10 +324,14 @@ class PostgresStore(SqlStore):
         try:
             async with self._pool.connection() as conn, self._bounded(conn):
                 yield conn
+        except psycopg.errors.LockNotAvailable as exc:
+            raise RowLocked(f"postgresql: a row stayed locked by another session: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgresql: {exc}") from exc
 
     async def _query(self, body: Body[T]) -> T:
+        if LOCK_WAIT.get() is not None:
+            return await self._transact(body)  # SET LOCAL needs a transaction
         async with self._conn() as conn:
             return await body(PostgresTx(conn))
 
@@ -335,7 +339,14 @@ class PostgresStore(SqlStore):
         return await self._query(body)
 
     async def _transact(self, body: Body[T]) -> T:
+        wait = LOCK_WAIT.get()
         async with self._conn() as conn, conn.transaction():
+            if wait is not None:
+                # A bound on row-lock waits for this transaction only (see LOCK_WAIT).
+                await conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)",
+                    (f"{max(1, round(wait * 1000))}ms",),
+                )
             return await body(PostgresTx(conn))
 
     @contextlib.asynccontextmanager

@@ -71,9 +71,21 @@ class Heartbeater(Service):
             raise
         finally:
             call.cancel()  # a no-op once it is done; never waited for
-        self.last_ok = sent
-        self.fenced = False
-        self.healthy = True
+        if res.counted:
+            # Proof of life is the beat counter on the worker's row, which the rescuers
+            # watch: only a round that moved it pushes the fence point back. Job rows
+            # held by others (res.held) were skipped, not lost: their jobs run on, and
+            # no rescuer takes them while this counter moves.
+            self.last_ok = sent
+            self.fenced = False
+            self.healthy = True
+        else:
+            # The worker's own row was held by someone else: the leases may have been
+            # extended, but the counter did not move, so this round is no proof of
+            # life. Carry on; fence at the usual point if it stays so.
+            self.healthy = False
+            log.warning("heartbeat: the worker's row is locked elsewhere; beat not counted")
+            self._maybe_fence()
         w.threads.report()  # in case the write made when it changed failed
         if self.errors:
             # The database answers again: the loops that were backing off (for up to

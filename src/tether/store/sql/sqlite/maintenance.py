@@ -10,10 +10,19 @@ LIVE_WORKERS = (
     "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
     "WHERE state IN ('active', 'draining')"
 )
+# Every live worker's beat counter and lease, which the rescuers watch (a plain read).
+WORKER_BEATS = "SELECT id, beats, lease FROM tether_workers WHERE state IN ('active', 'draining')"
 MARK_DEAD = f"UPDATE tether_workers SET state = 'dead' WHERE id IN {each('ids')}"
 # No sessions to look at on SQLite: a worker elsewhere is judged by lease expiry.
 DEAD_SESSIONS = None
 
+# Known dead: the process is gone ('dead'), or the worker stopped with jobs running.
+_DEAD = "SELECT id FROM tether_workers WHERE state IN ('dead', 'stopped')"
+# The conditions are PostgreSQL's RESCUE (see there): a job of a live worker goes back
+# only once its lease expired and the caller watched its worker's beat counter stand
+# still for a lease on its own monotonic clock (:quiet, {worker: count seen}), so a
+# process whose clock jumps ahead cannot rescue a worker whose beats still arrive. No
+# row locks here: the write transaction serializes the rescue with every beat.
 _HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)"
 # INDEXED BY: once the table is mostly finished jobs, ANALYZE's statistics (one value of
 # `state` for nearly every row) make the planner scan the whole table for the few running
@@ -37,8 +46,7 @@ RESCUE = (
     "reason = CASE WHEN cancel_requested_at IS NOT NULL "
     "THEN 'rescued with a pending cancel' "
     "WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause' "
-    "WHEN worker_id IN (SELECT id FROM tether_workers WHERE state = 'dead') "
-    "THEN 'worker dead' ELSE 'lease expired' END "
+    f"WHEN worker_id IN ({_DEAD}) THEN 'worker dead' ELSE 'lease expired' END "
     f"|| CASE WHEN phase IS NULL THEN '' WHEN {_HAS_CHILDREN} "
     "THEN '; staying in phase ' || phase || ' (' || (SELECT COUNT(*) FROM "
     "tether_jobs c WHERE c.parent_id = tether_jobs.id) || ' children found)' "
@@ -47,8 +55,11 @@ RESCUE = (
     # between the phase change and the spawns) starts again from the first.
     f"phase = CASE WHEN phase IS NOT NULL AND NOT {_HAS_CHILDREN} THEN NULL "
     "ELSE phase END "
-    f"WHERE state = 'running' AND (lease_expires_at < {NOW} OR worker_id IN "
-    "(SELECT id FROM tether_workers WHERE state = 'dead')) "
+    f"WHERE state = 'running' AND (worker_id IN ({_DEAD}) OR (lease_expires_at < {NOW} "
+    "AND (:quiet IS NULL OR worker_id IN (SELECT w.id FROM tether_workers w "
+    "JOIN json_each(:quiet) AS q ON q.key = w.id WHERE w.beats = q.value "
+    "AND w.state IN ('active', 'draining')) "
+    "OR worker_id NOT IN (SELECT id FROM tether_workers)))) "
     f"RETURNING {JOB_COLUMNS}"
 )
 # Nothing announces the jobs a rescue puts back in line: the store does, after commit.

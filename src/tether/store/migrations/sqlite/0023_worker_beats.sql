@@ -1,0 +1,6 @@
+-- tether schema, version 23 (SQLite): liveness by heartbeats that arrive, not by
+-- clocks (see the PostgreSQL migration). On SQLite every process reads its own clock,
+-- so a process whose clock is ahead saw every lease as expired; the counter is watched
+-- on the rescuer's monotonic clock instead.
+ALTER TABLE tether_workers ADD COLUMN beats INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tether_workers ADD COLUMN lease REAL;
