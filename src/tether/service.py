@@ -53,6 +53,15 @@ class Service:
         only says no on the others); :meth:`run_once` itself always works."""
         return True
 
+    async def round(self) -> None:
+        """One round as :meth:`run` makes it: :meth:`run_once` if :meth:`due`, else
+        :meth:`off_duty`, with the store's row-lock waits bounded by :attr:`lock_wait`."""
+        with lock_wait(self.lock_wait):
+            if self.due():
+                await self.run_once()
+            else:
+                await self.off_duty()
+
     async def off_duty(self) -> None:
         """What :meth:`run` does instead of a round while :meth:`due` says no: nothing,
         unless a service keeps watch meanwhile (the rescuer does)."""
@@ -77,11 +86,7 @@ class Service:
         """Loop until :meth:`stop`; never raises for a failed round."""
         while not self._stop.is_set():
             try:
-                with lock_wait(self.lock_wait):
-                    if self.due():
-                        await self.run_once()
-                    else:
-                        await self.off_duty()
+                await self.round()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -73,18 +73,21 @@ class Heartbeater(Service):
             call.cancel()  # a no-op once it is done; never waited for
         if res.counted:
             # Proof of life is the beat counter on the worker's row, which the rescuers
-            # watch: only a round that moved it pushes the fence point back. Job rows
-            # held by others (res.held) were skipped, not lost: their jobs run on, and
-            # no rescuer takes them while this counter moves.
+            # watch (a job of a live worker is rescued only once they saw it stand still
+            # for a lease): a round that moved it pushes every fence point back. Job rows
+            # held by others (res.held) were skipped, not lost: their jobs run on.
             self.last_ok = sent
             self.fenced = False
-            self.healthy = True
         else:
-            # The worker's own row was held by someone else: the leases may have been
-            # extended, but the counter did not move, so this round is no proof of
-            # life. Carry on; fence at the usual point if it stays so.
-            self.healthy = False
+            # The worker's own row was held by another session. The jobs whose leases
+            # this round extended are safe for another lease (fence_point); the others
+            # fence at the usual point if it stays so.
             log.warning("heartbeat: the worker's row is locked elsewhere; beat not counted")
+        for run in runs:
+            if run.job.id in res.alive and run.job.id not in res.held:
+                run.leased_at = max(run.leased_at, sent)
+        self.healthy = True
+        if not res.counted:
             self._maybe_fence()
         w.threads.report()  # in case the write made when it changed failed
         if self.errors:
@@ -120,8 +123,9 @@ class Heartbeater(Service):
         return self.last_ok + config.lease_duration - config.self_fence_margin
 
     def fence_point(self, run: Run) -> float:
-        """:attr:`fence_at` for one job: a job claimed after the last successful
-        heartbeat has a lease of its own, no older than the claim."""
+        """:attr:`fence_at` for one job: a job claimed (or its lease extended by a
+        round whose beat was not counted) after the last counted heartbeat has a lease
+        of its own, no older than that write."""
         return self.fence_at + max(0.0, run.leased_at - self.last_ok)
 
     def _maybe_fence(self) -> None:
