@@ -1,7 +1,8 @@
 """Background upkeep: one small service per module.
 
-Every worker rescues and follows up cancellations; only the maintenance leader
-(:mod:`tether.maintenance.leader`) prunes and fires schedules.
+Only the maintenance leader (:mod:`tether.maintenance.leader`) rescues, follows up
+cancellations, prunes and fires schedules; every worker watches the heartbeat counters
+meanwhile, so whoever takes over the lead can rescue at once.
 """
 
 from tether.maintenance.follow_up import CancellationFollowUp

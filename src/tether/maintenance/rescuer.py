@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tether import metrics
 from tether.job import Job
@@ -97,6 +97,7 @@ class Rescuer(Service):
         max_backoff: float = 30.0,
         leader: LeaderElection | None = None,
         lease: float = DEFAULT_LEASE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
             interval,
@@ -108,6 +109,8 @@ class Rescuer(Service):
         self.session_grace = session_grace
         self.leader = leader
         self.lease = lease
+        #: The monotonic clock the counts are watched by (a test may pass its own).
+        self.clock = clock
         self.watch = BeatWatch()
 
     def due(self) -> bool:
@@ -121,12 +124,12 @@ class Rescuer(Service):
     async def observe(self) -> None:
         """Read the live workers' beat counters into :attr:`watch`."""
         beats = await self.store.worker_beats()
-        self.watch.observe(beats, time.monotonic())
+        self.watch.observe(beats, self.clock())
 
     async def run_once(self) -> list[Job]:
         """One round; returns the jobs rescued."""
         await self.observe()
-        quiet = self.watch.quiet(time.monotonic(), self.lease)
+        quiet = self.watch.quiet(self.clock(), self.lease)
         dead = await self.store.mark_dead_workers(process_gone, self.session_grace)
         for worker_id in dead:
             log.warning("worker %s is dead; its jobs will be rescued", worker_id)
