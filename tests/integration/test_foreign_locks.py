@@ -56,6 +56,7 @@ async def _running(worker: Worker) -> list[int]:
         "jobs",
         *(f"worker {m}" for m in MODES),
         "leader FOR UPDATE",
+        "schedule FOR UPDATE",
     ],
 )
 async def test_rows_held_for_twice_the_lease_cost_no_lease_and_hold_up_nothing_else(
@@ -75,6 +76,11 @@ async def test_rows_held_for_twice_the_lease_cost_no_lease_and_hold_up_nothing_e
     async def work(ctx: tether.JobContext, seconds: float) -> None:
         runs[ctx.id] += 1
         await asyncio.sleep(seconds)
+
+    # A schedule whose ticks go to a queue no worker here serves: its row is there to
+    # be held, its jobs stay out of the count.
+    @app.periodic(cron="* * * * * *", name="tick", queue="ticks")
+    async def tick(ctx: tether.JobContext) -> None: ...
 
     config = fast_config(
         concurrency=6, lease_duration=LEASE, heartbeat_interval=0.3, self_fence_margin=0.4
@@ -98,9 +104,14 @@ async def test_rows_held_for_twice_the_lease_cost_no_lease_and_hold_up_nothing_e
                 await stack.enter_async_context(
                     holding(pg_url, "tether_workers", [worker.id], mode)
                 )
-            else:
+            elif target.startswith("leader"):
                 await stack.enter_async_context(
                     holding(pg_url, "tether_leaders", ["maintenance"], "FOR UPDATE", "name")
+                )
+            else:
+                await eventually(lambda: _scheduled(app), timeout=10)
+                await stack.enter_async_context(
+                    holding(pg_url, "tether_schedules", ["tick"], "FOR UPDATE", "name")
                 )
             finished_before = await _succeeded(app)
             await asyncio.sleep(HOLD)  # the hold itself: a duration, not a wait for an event
@@ -119,6 +130,10 @@ async def test_rows_held_for_twice_the_lease_cost_no_lease_and_hold_up_nothing_e
 
 async def _succeeded(app: App) -> int:
     return (await app.stats())["succeeded"]
+
+
+async def _scheduled(app: App) -> bool:
+    return bool(await (await app.store()).list_schedules())
 
 
 async def _all_done(app: App, total: int) -> bool:
