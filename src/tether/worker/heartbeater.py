@@ -37,6 +37,8 @@ class Heartbeater(Service):
         self.worker = worker
         self.last_ok = asyncio.get_running_loop().time()
         self.fenced = False
+        #: Whether the last beat found the worker's row held by another session.
+        self.row_held = False
 
     async def run_once(self) -> int:
         """Extend every lease; act on lost leases and control requests."""
@@ -78,11 +80,14 @@ class Heartbeater(Service):
             # held by others (res.held) were skipped, not lost: their jobs run on.
             self.last_ok = sent
             self.fenced = False
+            self.row_held = False
         else:
             # The worker's own row was held by another session. The jobs whose leases
             # this round extended are safe for another lease (fence_point); the others
             # fence at the usual point if it stays so.
-            log.warning("heartbeat: the worker's row is locked elsewhere; beat not counted")
+            if not self.row_held:
+                log.warning("heartbeat: the worker's row is locked elsewhere; beats not counted")
+            self.row_held = True
         for run in runs:
             if run.job.id in res.alive and run.job.id not in res.held:
                 run.leased_at = max(run.leased_at, sent)
