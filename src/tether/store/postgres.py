@@ -75,6 +75,11 @@ LISTEN_HEALTHY = 30.0
 LOG_EVERY = 30.0  # seconds between two log lines about the same outage
 
 
+# How long a background transaction (one run under LOCK_WAIT) may sit idle between its
+# statements before the server ends its session, releasing its locks: far more than a
+# loaded client needs between two statements, far less than a lease.
+IDLE_IN_TRANSACTION_MS = 5000
+
 URL_SETTINGS = ("pool_size", "statement_timeout", "answer_timeout", "pgbouncer", "listen_url")
 TRUE_WORDS = ("1", "true", "yes", "on")
 
@@ -330,12 +335,13 @@ class PostgresStore(SqlStore):
             raise StoreError(f"postgresql: {exc}") from exc
 
     async def _query(self, body: Body[T]) -> T:
-        if LOCK_WAIT.get() is not None:
-            return await self._transact(body)  # SET LOCAL needs a transaction
+        # Reads take no row locks: no bound on lock waits needed (see _change).
         async with self._conn() as conn:
             return await body(PostgresTx(conn))
 
     async def _change(self, body: Body[T]) -> T:
+        if LOCK_WAIT.get() is not None:
+            return await self._transact(body)  # SET LOCAL needs a transaction
         return await self._query(body)
 
     async def _transact(self, body: Body[T]) -> T:
@@ -343,9 +349,14 @@ class PostgresStore(SqlStore):
         async with self._conn() as conn, conn.transaction():
             if wait is not None:
                 # A bound on row-lock waits for this transaction only (see LOCK_WAIT).
+                # And as this wraps in a transaction what might have been a single
+                # statement: a client cut off between its statements and its COMMIT
+                # (a partition) must not leave its row locks held for the others to
+                # skip or time out on, so the server ends such a session soon.
                 await conn.execute(
-                    "SELECT set_config('lock_timeout', %s, true)",
-                    (f"{max(1, round(wait * 1000))}ms",),
+                    "SELECT set_config('lock_timeout', %s, true), "
+                    "set_config('idle_in_transaction_session_timeout', %s, true)",
+                    (f"{max(1, round(wait * 1000))}ms", f"{IDLE_IN_TRANSACTION_MS}ms"),
                 )
             return await body(PostgresTx(conn))
 
