@@ -225,3 +225,21 @@ async def test_a_stopped_worker_loses_its_running_jobs_at_once(store: Store) -> 
     await store.set_worker_state("w1", "stopped")
     [rescued] = await store.rescue({})
     assert rescued.id == job.id
+
+
+async def test_a_job_its_live_worker_dropped_goes_back_when_its_lease_expires(
+    store: Store, db: Db
+) -> None:
+    # The worker fenced itself during a partition and stopped the job, recording
+    # nothing; its beats arrive again but no longer list the job: its lease decides.
+    await _register(store, "w1")
+    kept = await running_job(store, "w1")
+    dropped = await running_job(store, "w1")
+    db.set_ago("tether_jobs", "heartbeat_at", dropped.id, 5.0)  # claimed before the beat
+    await store.heartbeat("w1", _beats(kept), 60)
+    assert await store.rescue({}) == []  # its lease still holds
+    db.expire_lease(kept.id)
+    db.expire_lease(dropped.id)
+    [rescued] = await store.rescue({})
+    assert rescued.id == dropped.id
+    assert db.state(kept.id) == "running"

@@ -59,7 +59,12 @@ class Heartbeater(Service):
             self._maybe_fence()
         # Not wait_for: it waits for the cancelled call to unwind, and the driver waits for
         # the server to acknowledge the cancel, which a partitioned server never does.
-        call = asyncio.ensure_future(w.store.heartbeat(w.id, beats, w.config.lease_duration))
+        # Every job the worker still holds, the ones being finished or stopped included:
+        # a running job of ours missing from this list is one we dropped.
+        holding = list(w.running)
+        call = asyncio.ensure_future(
+            w.store.heartbeat(w.id, beats, w.config.lease_duration, holding)
+        )
         call.add_done_callback(_retrieve)
         try:
             done, _ = await asyncio.wait({call}, timeout=timeout)

@@ -64,12 +64,17 @@ class LeasesSql(SqlBase):
         return await self._change(body)
 
     async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+        self,
+        worker_id: str,
+        beats: Sequence[Beat],
+        lease_duration: float,
+        holding: Sequence[int] | None = None,
     ) -> HeartbeatResult:
         q = self.sql.leases
         params = {
             "beats": q.beats(beats),
             "ids": [b.job_id for b in beats],
+            "holding": sorted({b.job_id for b in beats} | set(holding or ())),
             "worker": worker_id,
             "lease": lease_duration,
         }

@@ -29,11 +29,18 @@ class LeaseStore(Protocol):
         bucket holds a token, and taking it spends one, in the same transaction."""
 
     async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+        self,
+        worker_id: str,
+        beats: Sequence[Beat],
+        lease_duration: float,
+        holding: Sequence[int] | None = None,
     ) -> HeartbeatResult:
         """One write: extend these leases, flush progress, count a beat on the worker
         row. Never waits on another client's row lock: a row held elsewhere is skipped
-        (see :class:`~tether.job.HeartbeatResult`).
+        (see :class:`~tether.job.HeartbeatResult`). ``holding``: the jobs the worker
+        still holds besides these (their outcome being written), recorded with the
+        beat: a job of the worker that is in neither was dropped by it, and the rescue
+        judges it by its lease.
 
         Returns the leases still held and their pending control requests.
         """

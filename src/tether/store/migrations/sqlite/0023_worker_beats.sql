@@ -4,3 +4,5 @@
 -- on the rescuer's monotonic clock instead.
 ALTER TABLE tether_workers ADD COLUMN beats INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tether_workers ADD COLUMN lease REAL;
+-- The jobs the worker still holds as of its last counted beat (a JSON array of ids).
+ALTER TABLE tether_workers ADD COLUMN holding TEXT;

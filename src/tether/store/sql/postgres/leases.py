@@ -60,6 +60,7 @@ WITH v AS (
     -- alive: its old leases were revoked by the rescue, its new ones must not be. Every
     -- beat that lands adds one to the counter the rescuers watch.
     UPDATE tether_workers SET heartbeat_at = now(), beats = beats + 1, lease = %(lease)s,
+        holding = %(holding)s::bigint[],
         state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
     WHERE id IN (SELECT id FROM wl)
     RETURNING id

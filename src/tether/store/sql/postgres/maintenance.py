@@ -38,8 +38,11 @@ RESCUE = f"""
 -- must still show that count, so a beat that landed since the caller looked saves its
 -- jobs, and one that comes after waits for nothing (it skips the row and is not
 -- counted). A step of the server's clock makes leases look expired, but cannot make a
--- worker quiet. With quiet NULL (a caller with no history: tests, tools), the lease
--- alone decides, as it does for a job whose worker has no row.
+-- worker quiet. A job its worker's last counted beat did not list among the jobs it
+-- holds (and older than that beat) was dropped by a live worker (it fenced itself, or
+-- lost track of it): its lease alone decides, as nothing runs it. With quiet NULL (a
+-- caller with no history: tests, tools), the lease alone decides, as it does for a job
+-- whose worker has no row.
 --
 -- A worker known dead (process or session gone: marked 'dead'; or 'stopped' with jobs
 -- still running) loses its jobs at once. Only workers that stopped within the last
@@ -101,7 +104,14 @@ WHERE id IN (SELECT id FROM tether_jobs
                   OR (lease_expires_at < now()
                       AND (%(quiet)s::jsonb IS NULL OR worker_id IN (SELECT id FROM quiet)
                            OR NOT EXISTS (SELECT 1 FROM tether_workers w
-                                          WHERE w.id = tether_jobs.worker_id))))
+                                          WHERE w.id = tether_jobs.worker_id)
+                           -- Dropped by its live worker: older than its last counted
+                           -- beat, which did not list it among the jobs it holds.
+                           OR EXISTS (SELECT 1 FROM tether_workers w
+                                      WHERE w.id = tether_jobs.worker_id
+                                        AND w.holding IS NOT NULL
+                                        AND NOT (tether_jobs.id = ANY(w.holding))
+                                        AND tether_jobs.heartbeat_at < w.heartbeat_at))))
              -- Rows held by someone else are skipped, not waited for: the next round
              -- tries them again, and the other rescues go ahead now.
              ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)

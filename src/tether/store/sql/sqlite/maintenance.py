@@ -59,7 +59,11 @@ RESCUE = (
     "AND (:quiet IS NULL OR worker_id IN (SELECT w.id FROM tether_workers w "
     "JOIN json_each(:quiet) AS q ON q.key = w.id WHERE w.beats = q.value "
     "AND w.state IN ('active', 'draining')) "
-    "OR worker_id NOT IN (SELECT id FROM tether_workers)))) "
+    "OR worker_id NOT IN (SELECT id FROM tether_workers) "
+    # Dropped by its live worker (see PostgreSQL's RESCUE).
+    "OR EXISTS (SELECT 1 FROM tether_workers w WHERE w.id = tether_jobs.worker_id "
+    "AND w.holding IS NOT NULL AND tether_jobs.heartbeat_at < w.heartbeat_at "
+    "AND tether_jobs.id NOT IN (SELECT value FROM json_each(w.holding)))))) "
     f"RETURNING {JOB_COLUMNS}"
 )
 # Nothing announces the jobs a rescue puts back in line: the store does, after commit.
