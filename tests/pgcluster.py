@@ -61,10 +61,17 @@ class PrivateCluster:
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
             self._user = ["runuser", "-u", "postgres", "--"]
         self.admin_url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        #: The environment of its commands (the server's too); None: this process's.
+        self.env: dict[str, str] | None = None
 
     def _run(self, *args: str, timeout: float = 120) -> None:
         subprocess.run(
-            [*self._user, *args], check=True, capture_output=True, timeout=timeout, cwd=self.root
+            [*self._user, *args],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+            cwd=self.root,
+            env=self.env,
         )
 
     def init(self) -> None:

@@ -23,7 +23,13 @@ from typing import Any, Literal, Protocol, TypeVar
 from tether import hints as h
 from tether import metrics
 from tether.config import StoreRetry
-from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError, StoreError
+from tether.errors import (
+    IllegalTransitionError,
+    InvalidJobError,
+    JobNotFoundError,
+    RowLocked,
+    StoreError,
+)
 from tether.job import CancellationRow, Job, JobFilter
 from tether.states import JobState
 from tether.store.protocols import CancellationStore, JobStore
@@ -576,8 +582,13 @@ class CancellationService:
             record = record_from_row(row)
             if not self._stale(record):
                 continue  # its canceller may still be waiting, as it was asked to
-            if await self._adopt(record, "nobody settled it: its canceller is gone"):
-                done.append(record.id)
+            try:
+                if await self._adopt(record, "nobody settled it: its canceller is gone"):
+                    done.append(record.id)
+            except RowLocked as exc:
+                # A row another client holds: this record waits for the next round, the
+                # others go on now.
+                log.info("cancellation %s: %s; trying again next round", record.id, exc)
         return done
 
     def _stale(self, record: CancellationRecord) -> bool:
@@ -707,8 +718,11 @@ class CancellationService:
         done: list[str] = []
         for row in await self.store.list_cancellations(limit, 0, status="partial"):
             record = record_from_row(row)
-            if await self._follow_up_one(record):
-                done.append(record.id)
+            try:
+                if await self._follow_up_one(record):
+                    done.append(record.id)
+            except RowLocked as exc:  # as in adopt_stale
+                log.info("cancellation %s: %s; trying again next round", record.id, exc)
         return done
 
     async def _follow_up_one(self, record: CancellationRecord) -> bool:

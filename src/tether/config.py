@@ -348,6 +348,11 @@ class MaintenanceConfig:
 
     leader_ttl: float = 3.0
     leader_renew_interval: float = 1.0
+    # How long a maintenance statement (rescue, follow-up, leader, pruning, schedules)
+    # may wait for a row lock another client holds before its round gives up and tries
+    # again next round. Their own rows are skipped when held (SKIP LOCKED); this bounds
+    # what cannot skip (an upsert, a trigger's cascade).
+    lock_wait: float = 1.0
     # How often the leader looks for due schedule ticks.
     schedule_interval: float = 1.0
     # How often the leader looks through a batch of blocked jobs for any that wait on
@@ -358,6 +363,7 @@ class MaintenanceConfig:
     def __post_init__(self) -> None:
         _positive("leader_ttl", self.leader_ttl)
         _positive("leader_renew_interval", self.leader_renew_interval)
+        _positive("lock_wait", self.lock_wait)
         _positive("schedule_interval", self.schedule_interval)
         _positive("release_interval", self.release_interval)
         _positive("release_batch", self.release_batch)

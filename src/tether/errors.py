@@ -53,6 +53,11 @@ class StoreError(TetherError):
     """The database failed or is unreachable."""
 
 
+class RowLocked(StoreError):
+    """A row another session holds stayed locked past the call's bound on lock waits
+    (see :data:`tether.store.driver.LOCK_WAIT`); nothing was changed. Try again later."""
+
+
 class SchemaVersionError(StoreError):
     """The database schema lacks migrations this code needs, and they were not applied."""
 

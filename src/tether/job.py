@@ -163,10 +163,25 @@ class ControlRequest:
 
 @dataclass(frozen=True)
 class HeartbeatResult:
-    """What one heartbeat write returns: leases kept and control requests pending."""
+    """What one heartbeat write returns: leases kept and control requests pending.
+
+    ``alive`` holds every lease still ours, ``held`` those of them whose row someone
+    else had locked (their lease was not extended this round; the worker keeps running
+    them). ``counted`` says whether the beat reached the worker's row (its beat counter,
+    which the rescuers watch): a round that did not is no proof of life.
+    """
 
     alive: frozenset[int]
     requests: tuple[ControlRequest, ...] = ()
+    held: frozenset[int] = frozenset()
+    counted: bool = True
+
+
+class Finished(set[int]):
+    """What a finish returns: the ids whose outcome was recorded, and in :attr:`held`
+    those whose row someone else had locked (still ours; try again later)."""
+
+    held: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

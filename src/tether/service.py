@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Any
 
+from tether.store.driver import lock_wait
+
 
 class Service:
     """Calls :meth:`run_once` every ``interval`` seconds until stopped.
@@ -19,6 +21,9 @@ class Service:
     """
 
     name = "service"
+    #: Seconds a statement of this loop's rounds may wait for a row lock another client
+    #: holds (:data:`tether.store.driver.LOCK_WAIT`); ``None``: no bound of its own.
+    lock_wait: float | None = None
 
     def __init__(
         self,
@@ -48,6 +53,19 @@ class Service:
         only says no on the others); :meth:`run_once` itself always works."""
         return True
 
+    async def round(self) -> None:
+        """One round as :meth:`run` makes it: :meth:`run_once` if :meth:`due`, else
+        :meth:`off_duty`, with the store's row-lock waits bounded by :attr:`lock_wait`."""
+        with lock_wait(self.lock_wait):
+            if self.due():
+                await self.run_once()
+            else:
+                await self.off_duty()
+
+    async def off_duty(self) -> None:
+        """What :meth:`run` does instead of a round while :meth:`due` says no: nothing,
+        unless a service keeps watch meanwhile (the rescuer does)."""
+
     def wake(self) -> None:
         """Run the next round now instead of at the end of the interval."""
         self._wake.set()
@@ -68,8 +86,7 @@ class Service:
         """Loop until :meth:`stop`; never raises for a failed round."""
         while not self._stop.is_set():
             try:
-                if self.due():
-                    await self.run_once()
+                await self.round()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

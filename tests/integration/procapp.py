@@ -37,6 +37,13 @@ def build_app(url: str) -> App:
         record(ctx)
         return n
 
+    @app.task(name="sleepy", max_attempts=3)
+    async def sleepy(ctx: tether.JobContext, seconds: float = 1.0) -> float:
+        """Runs for ``seconds``: long enough to need its lease extended."""
+        record(ctx)
+        await asyncio.sleep(seconds)
+        return seconds
+
     @app.task(name="hang_once", max_attempts=3)
     async def hang_once(ctx: tether.JobContext) -> int:
         """Hangs on its first attempt (until killed); returns on the next."""

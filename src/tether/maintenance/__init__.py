@@ -1,8 +1,9 @@
 """Background upkeep: one small service per module.
 
-The maintenance leader (:mod:`tether.maintenance.leader`) rescues, follows up
-cancellations, prunes, fires schedules and releases blocked jobs that a missed
-workflow step left behind.
+Only the maintenance leader (:mod:`tether.maintenance.leader`) rescues, follows up
+cancellations, prunes, fires schedules and releases blocked jobs that a missed workflow
+step left behind; every worker watches the heartbeat counters meanwhile, so whoever
+takes over the lead can rescue at once.
 """
 
 from tether.maintenance.follow_up import CancellationFollowUp

@@ -1,4 +1,6 @@
-"""The maintenance leader: one worker at a time prunes and fires schedules.
+"""The maintenance leader: one worker at a time rescues, follows up cancellations, prunes
+and fires schedules (every worker watches the heartbeat counters meanwhile; see
+:class:`~tether.maintenance.rescuer.BeatWatch`).
 
 Leadership is a lease row (``tether_leaders``) stamped with database time, on both
 stores. A PostgreSQL advisory lock would need a session held open by the leader, and a

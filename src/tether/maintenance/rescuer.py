@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Mapping
 
 from tether import metrics
 from tether.job import Job
@@ -13,24 +15,74 @@ from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.rescuer")
 
+#: The lease assumed for a worker whose row names none (it has not beaten yet, or runs
+#: an older tether that does not count its beats): WorkerConfig's default.
+DEFAULT_LEASE = 10.0
+
+
+class BeatWatch:
+    """Liveness judged by heartbeats arriving, not by comparing clocks.
+
+    For every live worker, the last beat count seen and the moment (this process's
+    monotonic clock) it was first seen. A worker is *quiet* once its count has stood
+    still for at least its lease. Its beats commit no later than the moment they are
+    first seen, so a quiet worker has had no beat land for a whole lease, and it fenced
+    itself ``self_fence_margin`` before that (its fence point is measured from the send
+    time of its last beat that landed, on its own monotonic clock; the two monotonic
+    clocks are assumed to run at the same rate, not to agree on the time). A step of
+    any wall clock (the database server's, a process's) changes nothing here.
+
+    Pure bookkeeping: :meth:`observe` is fed the counts read from the database.
+    """
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[int, float]] = {}
+        self.leases: dict[str, float | None] = {}
+
+    def observe(self, beats: Mapping[str, tuple[int, float | None]], now: float) -> None:
+        """Record the counts (and leases) read; ``now`` is when the read returned.
+        Workers no longer listed (stopped, dead) are forgotten."""
+        seen: dict[str, tuple[int, float]] = {}
+        for worker_id, (count, _lease) in beats.items():
+            old = self.seen.get(worker_id)
+            seen[worker_id] = old if old is not None and old[0] == count else (count, now)
+        self.seen = seen
+        self.leases = {worker_id: lease for worker_id, (_count, lease) in beats.items()}
+
+    def quiet(self, now: float, default_lease: float = DEFAULT_LEASE) -> dict[str, int]:
+        """The workers whose count stood still for at least their lease, with that count
+        (the store checks it again under the row's lock)."""
+        return {
+            worker_id: count
+            for worker_id, (count, since) in self.seen.items()
+            if now - since >= (self.leases.get(worker_id) or default_lease)
+        }
+
 
 class Rescuer(Service):
     """Each round:
 
-    1. marks dead the workers whose process is gone, where a pid check means anything
+    1. reads every live worker's beat counter (:class:`BeatWatch`);
+    2. marks dead the workers whose process is gone, where a pid check means anything
        (the same boot, PID namespace and machine: :func:`~tether.procinfo.process_gone`),
        and (PostgreSQL) the workers whose database session is gone and whose heartbeat
        is stale;
-    2. moves every running job whose lease expired or whose worker is dead
-       to ``retrying`` (or ``failed`` once its attempts are spent, or ``cancelled`` if a
-       cancel was pending), bumping its lease token so the old worker's writes fail.
+    3. moves to ``retrying`` (or ``failed`` once its attempts are spent, or
+       ``cancelled`` if a cancel was pending), bumping its lease token so the old
+       worker's writes fail, every running job whose worker is dead or stopped, and
+       every running job whose lease expired while this rescuer watched its worker's
+       counter stand still for a lease. A worker whose beats still arrive keeps its
+       jobs, whatever the clocks say, and so does a job whose row someone held locked
+       (its lease could not be extended). Rows held by others are skipped, never
+       waited for: one held row delays nothing else, and is tried again next round.
 
-    With a ``leader``, the rounds of :meth:`run` are the maintenance leader's alone, so
-    the fleet makes one pass per ``interval`` however many workers it has (each pass
-    reads the live workers and the running jobs once, through indexes).
-    Each worker still fences itself: one that cannot renew its leases stops its jobs.
-    A leader that dies or freezes loses its lease row within ``leader_ttl`` and another
-    worker takes the duty over; every worker also makes one pass when it starts.
+    With a ``leader``, steps 2 and 3 of :meth:`run` are the maintenance leader's alone,
+    so the fleet makes one pass per ``interval`` however many workers it has. Every
+    worker keeps step 1 (one read of the workers' rows a round), so a worker that takes
+    the lead has watched the counters all along and rescues at once: when the leader
+    dies or freezes, the rescue waits for at most ``leader_ttl`` plus a round or two.
+    Each worker also fences itself: one that cannot count a beat stops its jobs before
+    any rescuer may judge it quiet. Every worker also makes one pass when it starts.
     """
 
     name = "rescuer"
@@ -44,6 +96,8 @@ class Rescuer(Service):
         max_consecutive_errors: int = 3,
         max_backoff: float = 30.0,
         leader: LeaderElection | None = None,
+        lease: float = DEFAULT_LEASE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
             interval,
@@ -54,19 +108,34 @@ class Rescuer(Service):
         self.store = store
         self.session_grace = session_grace
         self.leader = leader
+        self.lease = lease
+        #: The monotonic clock the counts are watched by (a test may pass its own).
+        self.clock = clock
+        self.watch = BeatWatch()
 
     def due(self) -> bool:
         """Only the maintenance leader rescues (always, without a leader)."""
         return self.leader is None or self.leader.leading
 
+    async def off_duty(self) -> None:
+        """Not leading: keep watching the counters, so as to act at once on taking over."""
+        await self.observe()
+
+    async def observe(self) -> None:
+        """Read the live workers' beat counters into :attr:`watch`."""
+        beats = await self.store.worker_beats()
+        self.watch.observe(beats, self.clock())
+
     async def run_once(self) -> list[Job]:
         """One round; returns the jobs rescued."""
+        await self.observe()
+        quiet = self.watch.quiet(self.clock(), self.lease)
         dead = await self.store.mark_dead_workers(process_gone, self.session_grace)
         for worker_id in dead:
             log.warning("worker %s is dead; its jobs will be rescued", worker_id)
         # Two rescuers (leaders overlapping, a worker's opening pass) are safe: the rescue
         # is fenced and row-locked, so two never both move a job.
-        rescued = await self.store.rescue()
+        rescued = await self.store.rescue(quiet)
         metrics.zombies_rescued(len(rescued))
         for job in rescued:
             log.warning(

@@ -16,10 +16,36 @@ with ``json_each``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+#: Seconds a statement may wait for a row lock another session holds, for the store
+#: calls made in this context; ``None``: no bound but the statement timeout. Background
+#: duties set it (``Service.lock_wait``): any client may hold any row for as long as it
+#: likes, and no heartbeat, rescue, finish, follow-up, prune or schedule statement may
+#: wait on one without a bound. Their own statements skip held rows (SKIP LOCKED) where
+#: they can; this bounds the rest (an upsert, a trigger's cascade). PostgreSQL applies
+#: it as ``SET LOCAL lock_timeout`` in the call's transaction (so it holds under
+#: PgBouncer's transaction pooling too) and raises
+#: :class:`~tether.errors.RowLocked` when it runs out. SQLite has no row locks: its
+#: writers wait for the write lock, bounded by its busy timeout.
+LOCK_WAIT: ContextVar[float | None] = ContextVar("tether_lock_wait", default=None)
+
+
+@contextlib.contextmanager
+def lock_wait(seconds: float | None) -> Iterator[None]:
+    """Bound the row-lock waits of the store calls made inside (see :data:`LOCK_WAIT`)."""
+    token = LOCK_WAIT.set(seconds)
+    try:
+        yield
+    finally:
+        LOCK_WAIT.reset(token)
+
+
 Row = Mapping[str, Any]
 Params = Mapping[str, Any]
 

@@ -27,11 +27,11 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether.config import DEFAULT_POOL_SIZE, POOL_MAX_IDLE, StoreConfig
-from tether.errors import ConfigError, InvalidJobError, StoreError
+from tether.errors import ConfigError, InvalidJobError, RowLocked, StoreError
 from tether.hints import Hints
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
-from tether.store.driver import Body, T
+from tether.store.driver import LOCK_WAIT, Body, T
 from tether.store.postgres_tx import CHANNELS, SERVER_CHANNELS, PostgresTx
 from tether.store.rows import (
     RowReader,
@@ -74,6 +74,11 @@ LISTEN_MAX_DELAY = 10.0
 LISTEN_HEALTHY = 30.0
 LOG_EVERY = 30.0  # seconds between two log lines about the same outage
 
+
+# How long a background transaction (one run under LOCK_WAIT) may sit idle between its
+# statements before the server ends its session, releasing its locks: far more than a
+# loaded client needs between two statements, far less than a lease.
+IDLE_IN_TRANSACTION_MS = 5000
 
 URL_SETTINGS = ("pool_size", "statement_timeout", "answer_timeout", "pgbouncer", "listen_url")
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -324,18 +329,35 @@ class PostgresStore(SqlStore):
         try:
             async with self._pool.connection() as conn, self._bounded(conn):
                 yield conn
+        except psycopg.errors.LockNotAvailable as exc:
+            raise RowLocked(f"postgresql: a row stayed locked by another session: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgresql: {exc}") from exc
 
     async def _query(self, body: Body[T]) -> T:
+        # Reads take no row locks: no bound on lock waits needed (see _change).
         async with self._conn() as conn:
             return await body(PostgresTx(conn))
 
     async def _change(self, body: Body[T]) -> T:
+        if LOCK_WAIT.get() is not None:
+            return await self._transact(body)  # SET LOCAL needs a transaction
         return await self._query(body)
 
     async def _transact(self, body: Body[T]) -> T:
+        wait = LOCK_WAIT.get()
         async with self._conn() as conn, conn.transaction():
+            if wait is not None:
+                # A bound on row-lock waits for this transaction only (see LOCK_WAIT).
+                # And as this wraps in a transaction what might have been a single
+                # statement: a client cut off between its statements and its COMMIT
+                # (a partition) must not leave its row locks held for the others to
+                # skip or time out on, so the server ends such a session soon.
+                await conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true), "
+                    "set_config('idle_in_transaction_session_timeout', %s, true)",
+                    (f"{max(1, round(wait * 1000))}ms", f"{IDLE_IN_TRANSACTION_MS}ms"),
+                )
             return await body(PostgresTx(conn))
 
     @contextlib.asynccontextmanager

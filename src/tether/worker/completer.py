@@ -49,6 +49,16 @@ class Completer(Service):
             raise
         finally:
             self.idle.set()
+        if accepted.held:
+            # Rows someone else holds locked (a caller's transaction, an operator):
+            # still ours, so neither recorded nor lost. They go again next round, by
+            # the timer, not at once: the lock may be held for a while.
+            self.pending[:0] = [(o, r) for o, r in batch if o.job_id in accepted.held]
+            batch = [(o, r) for o, r in batch if o.job_id not in accepted.held]
+            log.info(
+                "%d outcome(s) wait for row locks held elsewhere; trying again",
+                len(accepted.held),
+            )
         for outcome, recorded in batch:
             if recorded is None:
                 continue

@@ -37,6 +37,8 @@ class Heartbeater(Service):
         self.worker = worker
         self.last_ok = asyncio.get_running_loop().time()
         self.fenced = False
+        #: Whether the last beat found the worker's row held by another session.
+        self.row_held = False
 
     async def run_once(self) -> int:
         """Extend every lease; act on lost leases and control requests."""
@@ -57,7 +59,12 @@ class Heartbeater(Service):
             self._maybe_fence()
         # Not wait_for: it waits for the cancelled call to unwind, and the driver waits for
         # the server to acknowledge the cancel, which a partitioned server never does.
-        call = asyncio.ensure_future(w.store.heartbeat(w.id, beats, w.config.lease_duration))
+        # Every job the worker still holds, the ones being finished or stopped included:
+        # a running job of ours missing from this list is one we dropped.
+        holding = list(w.running)
+        call = asyncio.ensure_future(
+            w.store.heartbeat(w.id, beats, w.config.lease_duration, holding)
+        )
         call.add_done_callback(_retrieve)
         try:
             done, _ = await asyncio.wait({call}, timeout=timeout)
@@ -71,9 +78,27 @@ class Heartbeater(Service):
             raise
         finally:
             call.cancel()  # a no-op once it is done; never waited for
-        self.last_ok = sent
-        self.fenced = False
+        if res.counted:
+            # Proof of life is the beat counter on the worker's row, which the rescuers
+            # watch (a job of a live worker is rescued only once they saw it stand still
+            # for a lease): a round that moved it pushes every fence point back. Job rows
+            # held by others (res.held) were skipped, not lost: their jobs run on.
+            self.last_ok = sent
+            self.fenced = False
+            self.row_held = False
+        else:
+            # The worker's own row was held by another session. The jobs whose leases
+            # this round extended are safe for another lease (fence_point); the others
+            # fence at the usual point if it stays so.
+            if not self.row_held:
+                log.warning("heartbeat: the worker's row is locked elsewhere; beats not counted")
+            self.row_held = True
+        for run in runs:
+            if run.job.id in res.alive and run.job.id not in res.held:
+                run.leased_at = max(run.leased_at, sent)
         self.healthy = True
+        if not res.counted:
+            self._maybe_fence()
         w.threads.report()  # in case the write made when it changed failed
         if self.errors:
             # The database answers again: the loops that were backing off (for up to
@@ -108,8 +133,9 @@ class Heartbeater(Service):
         return self.last_ok + config.lease_duration - config.self_fence_margin
 
     def fence_point(self, run: Run) -> float:
-        """:attr:`fence_at` for one job: a job claimed after the last successful
-        heartbeat has a lease of its own, no older than the claim."""
+        """:attr:`fence_at` for one job: a job claimed (or its lease extended by a
+        round whose beat was not counted) after the last counted heartbeat has a lease
+        of its own, no older than that write."""
         return self.fence_at + max(0.0, run.leased_at - self.last_ok)
 
     def _maybe_fence(self) -> None:

@@ -27,7 +27,8 @@ class Run:
     timed_out: bool = False
     finishing: bool = False
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
-    # Loop time the claim that leased it was sent: its lease began no earlier.
+    # Loop time the claim that leased it, or the last heartbeat that extended its lease,
+    # was sent: its lease runs for a lease_duration from no earlier than that.
     leased_at: float = 0.0
     began: float = 0.0
     #: Why it was asked to stop (the cancel or pause request's reason), for the log.

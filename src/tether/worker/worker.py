@@ -127,8 +127,9 @@ class Worker:
         self.heartbeater = Heartbeater(self)
         self.completer = Completer(self._store, self.id)
         # Rescue, the cancellation follow-up, pruning and firing schedules run on one
-        # maintenance leader at a time. Recording the app's schedules is every
-        # worker's: the scheduler's first round does it, leader or not.
+        # maintenance leader at a time (every worker watches the beat counters).
+        # Recording the app's schedules is every worker's: the scheduler's first round
+        # does it, leader or not.
         maintenance = self.app.config.maintenance
         self.leader = LeaderElection(
             self._store,
@@ -145,6 +146,7 @@ class Worker:
             interval=self.config.rescue_interval,
             session_grace=self.config.session_dead_after,
             leader=self.leader,
+            lease=self.config.lease_duration,
         )
         self.follow_up = CancellationFollowUp(
             CancellationService(
@@ -176,6 +178,9 @@ class Worker:
             max_consecutive_errors=self.config.max_consecutive_errors,
             max_backoff=self.config.max_backoff,
         )
+        # The maintenance duties wait on no row lock without a bound (see LOCK_WAIT).
+        for duty in (self.rescuer, self.follow_up, self.leader, self.pruner, self.scheduler):
+            duty.lock_wait = maintenance.lock_wait
         await self._open()
         self._services = [
             self.completer,
@@ -352,6 +357,9 @@ class Worker:
                 return
             try:
                 await self.completer.run_once()
+                if self.completer.pending:
+                    # Rows held by someone else: not in a tight loop.
+                    await asyncio.sleep(0.2)
             except Exception as exc:
                 log.warning(
                     "could not record %d outcomes yet: %s", len(self.completer.pending), exc

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tether.job import ArtifactInfo, Beat, ControlRequest, HeartbeatResult, Job, Outcome
+from tether.job import (
+    ArtifactInfo,
+    Beat,
+    ControlRequest,
+    Finished,
+    HeartbeatResult,
+    Job,
+    Outcome,
+)
 from tether.store.common.base import LeaseLost, SqlBase
 from tether.store.driver import Tx
 
@@ -56,30 +64,44 @@ class LeasesSql(SqlBase):
         return await self._change(body)
 
     async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+        self,
+        worker_id: str,
+        beats: Sequence[Beat],
+        lease_duration: float,
+        holding: Sequence[int] | None = None,
     ) -> HeartbeatResult:
         q = self.sql.leases
         params = {
             "beats": q.beats(beats),
             "ids": [b.job_id for b in beats],
+            "holding": sorted({b.job_id for b in beats} | set(holding or ())),
             "worker": worker_id,
             "lease": lease_duration,
         }
 
         async def body(tx: Tx) -> list[tuple[Any, ...]]:
+            # Rows of (kind, id, cancel, force, pause); see the PostgreSQL HEARTBEAT.
             rows = await tx.tuples(q.HEARTBEAT, params)
             if q.HEARTBEAT_WORKER is not None:  # PostgreSQL's HEARTBEAT does it too
-                await tx.run(q.HEARTBEAT_WORKER, params)
+                found = await tx.run(q.HEARTBEAT_WORKER, params)
+                rows.append(("worker" if found else "worker gone", None, 0, 0, 0))
             return rows
 
         rows = await self._change(body)
+        jobs = [r for r in rows if r[0] in ("kept", "held")]
+        held = frozenset(r[1] for r in jobs if r[0] == "held")
+        worker = next((r[0] for r in rows if r[0].startswith("worker")), "worker gone")
         return HeartbeatResult(
-            frozenset(r[0] for r in rows),
+            frozenset(r[1] for r in jobs),
             tuple(
-                ControlRequest(r[0], bool(r[1]), bool(r[2]), pause=bool(r[3]))
-                for r in rows
-                if r[1] or r[3]
+                ControlRequest(r[1], bool(r[2]), bool(r[3]), pause=bool(r[4]))
+                for r in jobs
+                if r[2] or r[4]
             ),
+            held=held,
+            # No worker row (a row deleted by hand): the rescue judges its jobs by
+            # their leases alone, which this beat extended unless one was held.
+            counted=worker == "worker" or (worker == "worker gone" and not held),
         )
 
     async def save_checkpoint(self, job_id: int, lease_token: int, checkpoint_json: str) -> bool:
@@ -90,16 +112,23 @@ class LeasesSql(SqlBase):
 
         return await self._change(body)
 
-    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        accepted: set[int] = set()
+    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> Finished:
+        accepted = Finished()
+        held: set[int] = set()
         # Batches of FINISH_BATCH outcomes, each its own statement (on PostgreSQL, small
         # enough for one NOTIFY payload of their ids), or all at once where it is None.
         size = self.sql.leases.FINISH_BATCH or len(outcomes) or 1
         for i in range(0, len(outcomes), size):
-            accepted.update(await self._finish(worker_id, outcomes[i : i + size]))
+            done, skipped = await self._finish(worker_id, outcomes[i : i + size])
+            accepted.update(done)
+            held.update(skipped)
+        accepted.held = frozenset(held)
         return accepted
 
-    async def _finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+    async def _finish(
+        self, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> tuple[set[int], set[int]]:
+        """The ids recorded, and those skipped because someone else held their row."""
         q = self.sql.leases
         params = {
             "outcomes": q.outcomes(outcomes),
@@ -107,11 +136,12 @@ class LeasesSql(SqlBase):
             "worker": worker_id,
         }
 
-        async def body(tx: Tx) -> set[int]:
-            accepted = {r[0] for r in await tx.tuples(q.FINISH, params)}
+        async def body(tx: Tx) -> tuple[set[int], set[int]]:
+            rows = await tx.tuples(q.FINISH, params)
+            accepted = {r[0] for r in rows if r[1]}
             await self._after_transitions(tx, sorted(accepted))
             await self._after_finish(tx, outcomes)
-            return accepted
+            return accepted, {r[0] for r in rows if not r[1]}
 
         return await self._change(body)
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from tether import hints as h
@@ -38,12 +40,23 @@ class MaintenanceSql(SqlBase):
         """What a rescue does first, in transactions of its own: nothing by default
         (SQLite discards abandoned bulk enqueues)."""
 
-    async def rescue(self) -> list[Job]:
+    async def worker_beats(self) -> dict[str, tuple[int, float | None]]:
+        async def body(tx: Tx) -> dict[str, tuple[int, float | None]]:
+            rows = await tx.all(self.sql.maintenance.WORKER_BEATS)
+            return {
+                r["id"]: (int(r["beats"]), None if r["lease"] is None else float(r["lease"]))
+                for r in rows
+            }
+
+        return await self._query(body)
+
+    async def rescue(self, quiet: Mapping[str, int] | None = None) -> list[Job]:
         await self._before_rescue()
         q = self.sql.maintenance
+        params = {"quiet": None if quiet is None else json.dumps(dict(quiet))}
 
         async def body(tx: Tx) -> list[Job]:
-            jobs = [self._rows.job(r) for r in await tx.all(q.RESCUE)]
+            jobs = [self._rows.job(r) for r in await tx.all(q.RESCUE, params)]
             await self._after_transitions(tx, [j.id for j in jobs])
             if jobs and not q.RESCUE_NOTIFIES:
                 await tx.notify(h.ENQUEUED, [h.ANY])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tether.job import Beat, HeartbeatResult, Job, NewJob, Outcome
+from tether.job import Beat, Finished, HeartbeatResult, Job, NewJob, Outcome
 
 
 @runtime_checkable
@@ -29,9 +29,18 @@ class LeaseStore(Protocol):
         bucket holds a token, and taking it spends one, in the same transaction."""
 
     async def heartbeat(
-        self, worker_id: str, beats: Sequence[Beat], lease_duration: float
+        self,
+        worker_id: str,
+        beats: Sequence[Beat],
+        lease_duration: float,
+        holding: Sequence[int] | None = None,
     ) -> HeartbeatResult:
-        """One write: extend these leases, flush progress, touch the worker row.
+        """One write: extend these leases, flush progress, count a beat on the worker
+        row. Never waits on another client's row lock: a row held elsewhere is skipped
+        (see :class:`~tether.job.HeartbeatResult`). ``holding``: the jobs the worker
+        still holds besides these (their outcome being written), recorded with the
+        beat: a job of the worker that is in neither was dropped by it, and the rescue
+        judges it by its lease.
 
         Returns the leases still held and their pending control requests.
         """
@@ -45,5 +54,7 @@ class LeaseStore(Protocol):
     async def spawn(self, parent_id: int, lease_token: int, job: NewJob) -> Job | None:
         """Create a child of a running parent, fenced by its lease (``None``: refused)."""
 
-    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-        """Record how attempts ended, fenced. Returns the ids whose write was accepted."""
+    async def finish(self, worker_id: str, outcomes: Sequence[Outcome]) -> Finished:
+        """Record how attempts ended, fenced. Returns the ids whose write was accepted;
+        its ``held`` names those skipped because someone else held their row (still
+        ours: try them again later). Never waits on another client's row lock."""

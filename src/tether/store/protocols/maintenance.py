@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 from tether.job import Job
@@ -22,8 +22,16 @@ class MaintenanceStore(Protocol):
         """Mark workers dead whose process ``process_gone`` says is gone, or (PostgreSQL)
         whose session is gone and whose heartbeat is older than ``session_grace``."""
 
-    async def rescue(self) -> list[Job]:
-        """Fenced rescue of running jobs whose lease expired or whose worker is dead."""
+    async def worker_beats(self) -> dict[str, tuple[int, float | None]]:
+        """Every live worker's beat counter and the lease its last beat granted
+        (``None`` before its first beat), by worker id; a plain read."""
+
+    async def rescue(self, quiet: Mapping[str, int] | None = None) -> list[Job]:
+        """Fenced rescue of running jobs whose worker is dead (its process or session
+        gone, or stopped), or whose lease expired while their worker is ``quiet``: the
+        caller watched its beat counter stay at the value given for at least the lease
+        (the count is checked again under the row's lock). ``None``: judge by the lease
+        alone. Rows held by another client are skipped, never waited for."""
 
     async def release_stuck(self, after: int, limit: int) -> tuple[list[int], int | None]:
         """Run again up to ``limit`` workflow steps left pending (PostgreSQL: a step that

@@ -36,39 +36,71 @@ def beats(part: Sequence[Beat]) -> str:
     )
 
 
-# One statement, the worker's own row included (so HEARTBEAT_WORKER is None).
+# One statement, the worker's own row included (so HEARTBEAT_WORKER is None). It waits
+# on no row lock: any client may hold a job row or the worker's row for as long as it
+# likes (a caller's transaction that enqueues a dependent, an operator in psql), and a
+# heartbeat stuck behind one would make the worker fence every job it runs. A row held
+# by someone else is skipped: the lease of a skipped job is not extended this round,
+# and the job is reported "held" (still ours) or lost, from a plain read of the row,
+# which waits for nobody. A held job is safe: it is rescued only if its worker's beat
+# counter also stands still (see RESCUE). FOR NO KEY UPDATE, the lock the UPDATE itself
+# takes, so that a FOR KEY SHARE holder (a foreign-key check) does not even cause a skip.
+#
+# Rows come back as (kind, id, cancel, force, pause): kind 'kept' (lease extended),
+# 'held' (skipped, still ours), and one row of kind 'worker', 'worker held' or
+# 'worker gone' for the worker's row (its beat counted, skipped, or no such row).
 HEARTBEAT = """
 WITH v AS (
     SELECT * FROM jsonb_to_recordset(%(beats)s::jsonb)
         AS v(id bigint, token bigint, cur bigint, tot bigint, usage bigint)
+), wl AS (
+    SELECT id FROM tether_workers WHERE id = %(worker)s FOR NO KEY UPDATE SKIP LOCKED
 ), w AS (
     -- A worker presumed dead (its session was gone for a while) that still beats is
-    -- alive: its old leases were revoked by the rescue, its new ones must not be.
-    UPDATE tether_workers SET heartbeat_at = now(),
+    -- alive: its old leases were revoked by the rescue, its new ones must not be. Every
+    -- beat that lands adds one to the counter the rescuers watch.
+    UPDATE tether_workers SET heartbeat_at = now(), beats = beats + 1, lease = %(lease)s,
+        holding = %(holding)s::bigint[],
         state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
-    WHERE id = %(worker)s
+    WHERE id IN (SELECT id FROM wl)
+    RETURNING id
 ), locked AS (
-    -- Row locks in id order, as the rescuer takes them: the two cannot deadlock. (A
-    -- worker's completions and its heartbeat never share rows: it does not beat for
-    -- the jobs whose outcome it is writing.) NO KEY UPDATE, the UPDATE's own mode: an
-    -- enqueue's FOR KEY SHARE on an upstream job does not hold the beat.
+    -- In id order, as the rescuer takes them. (A worker's completions and its heartbeat
+    -- never share rows: it does not beat for the jobs whose outcome it is writing.) NO
+    -- KEY UPDATE, the UPDATE's own mode: an enqueue's FOR KEY SHARE on an upstream job
+    -- does not hold the beat.
     SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR NO KEY UPDATE OF j
+    ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
+), u AS (
+    -- The ids also come as an array, which the planner can size: the rows are looked up
+    -- by key, where a join with the JSON rows would read every running job at every beat.
+    UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+        heartbeat_at = now(),
+        progress_current = COALESCE(v.cur, j.progress_current),
+        progress_total = COALESCE(v.tot, j.progress_total),
+        usage = COALESCE(v.usage, j.usage)
+    FROM v JOIN locked ON locked.id = v.id
+    WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
+      -- Written so that no partial index of running jobs matches it: the planner may
+      -- read a whole one (every running job) rather than look these rows up by key.
+      AND (j.state = 'running') IS TRUE
+    RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
+              j.pause_requested_at IS NOT NULL AS pause
 )
--- The ids also come as an array, which the planner can size: the rows are looked up by
--- key, where a join with the JSON rows would read every running job at every beat.
-UPDATE tether_jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
-    heartbeat_at = now(),
-    progress_current = COALESCE(v.cur, j.progress_current),
-    progress_total = COALESCE(v.tot, j.progress_total),
-    usage = COALESCE(v.usage, j.usage)
-FROM v JOIN locked ON locked.id = v.id
-WHERE j.id = v.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = v.token
-  -- Written so that no partial index of running jobs matches it: the planner may read
-  -- a whole one (every running job) rather than look these rows up by key.
-  AND (j.state = 'running') IS TRUE
-RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel, j.cancel_force,
-          j.pause_requested_at IS NOT NULL AS pause
+SELECT 'kept' AS kind, id, cancel, cancel_force, pause FROM u
+UNION ALL
+-- The skipped rows, read without a lock (the statement's snapshot): still ours unless
+-- the token or the state moved on.
+SELECT 'held', j.id, j.cancel_requested_at IS NOT NULL, j.cancel_force,
+       j.pause_requested_at IS NOT NULL
+FROM tether_jobs j JOIN v ON v.id = j.id
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id NOT IN (SELECT id FROM locked)
+  AND j.lease_token = v.token AND (j.state = 'running') IS TRUE
+UNION ALL
+SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 'worker'
+            WHEN EXISTS (SELECT 1 FROM tether_workers WHERE id = %(worker)s)
+            THEN 'worker held' ELSE 'worker gone' END,
+       NULL, false, false, false
 """
 HEARTBEAT_WORKER = None
 
@@ -106,8 +138,12 @@ def outcomes(part: Sequence[Outcome]) -> str:
 
 
 _EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
-# One fenced statement; the transition trigger sends the notifications. The worker's
-# heartbeat leaves these rows alone meanwhile, so no lock-ordering pass is needed.
+# One fenced statement; the transition trigger sends the notifications. It waits on no
+# row lock of its own: a row someone else holds (FOR UPDATE, FOR SHARE) is skipped and
+# reported "held" (still ours, from a plain read), and the completer tries that outcome
+# again next round while its batch-mates are written now. FOR NO KEY UPDATE, the lock
+# the UPDATE itself takes: a FOR KEY SHARE holder (a foreign-key check) causes no skip.
+# (The worker's heartbeat leaves these rows alone meanwhile.)
 FINISH = f"""
 WITH v AS (
     -- The outcomes come as one JSON document (far cheaper for the driver to send than
@@ -115,6 +151,9 @@ WITH v AS (
     SELECT * FROM json_to_recordset(%(outcomes)s::json)
         AS v(id bigint, token bigint, state text, result text, error text, delay float8,
              reason text, usage bigint, stopped_by text, phase text, cur bigint, tot bigint)
+), locked AS (
+    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
@@ -141,12 +180,16 @@ WITH v AS (
                       THEN COALESCE(j.cancel_reason, v.reason, 'cancel requested')
                       WHEN {_EFF} = 'paused' THEN COALESCE(j.pause_reason, v.reason)
                       ELSE v.reason END
-    FROM v
+    FROM v JOIN locked ON locked.id = v.id
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
       AND j.state = 'running'
     RETURNING j.id, j.state
 )
-SELECT id, state FROM u
+SELECT id, true AS done FROM u
+UNION ALL
+SELECT j.id, false FROM tether_jobs j JOIN v ON v.id = j.id
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id NOT IN (SELECT id FROM locked)
+  AND j.lease_token = v.token AND j.state = 'running'
 """
 
 SAVE_ARTIFACT = """

@@ -10,34 +10,62 @@ LIVE_WORKERS = (
     "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
     "WHERE state IN ('active', 'draining')"
 )
-# Only still live: a worker that stopped after LIVE_WORKERS was read stays stopped.
-MARK_DEAD = (
-    "UPDATE tether_workers SET state = 'dead' "
-    "WHERE id = ANY(%(ids)s) AND state IN ('active', 'draining')"
-)
+# Every live worker's beat counter and lease, which the rescuers watch (a plain read).
+WORKER_BEATS = "SELECT id, beats, lease FROM tether_workers WHERE state IN ('active', 'draining')"
+# Only still live: a worker that stopped after LIVE_WORKERS was read stays stopped. Rows
+# held by someone else are skipped (the next round tries again): a worker marked dead a
+# round later loses nothing, and one held row must not stall the fleet's rescue.
+MARK_DEAD = """
+UPDATE tether_workers SET state = 'dead'
+WHERE id IN (SELECT id FROM tether_workers WHERE id = ANY(%(ids)s)
+             AND state IN ('active', 'draining') FOR NO KEY UPDATE SKIP LOCKED)
+"""
 # Workers whose database session is gone, and from whom nothing was heard within the
 # grace: neither a heartbeat of the worker nor a claim or heartbeat of one of its jobs.
 # After a failover or a server restart every recorded session looks gone, and a
 # worker's claimer may get through before its heartbeater (whose backoff is longer): the
 # lease it was just granted proves it alive, and must not be rescued from under it.
 DEAD_SESSIONS = """
-UPDATE tether_workers w SET state = 'dead'
-WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
-  AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
-  AND heartbeat_at < now() - make_interval(secs => %(grace)s)
-  AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running'
-                  AND j.worker_id = w.id
-                  AND j.heartbeat_at >= now() - make_interval(secs => %(grace)s))
+UPDATE tether_workers SET state = 'dead'
+WHERE id IN (SELECT id FROM tether_workers w
+             WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
+               AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
+               AND heartbeat_at < now() - make_interval(secs => %(grace)s)
+               AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running'
+                               AND j.worker_id = w.id
+                               AND j.heartbeat_at >= now() - make_interval(secs => %(grace)s))
+             FOR NO KEY UPDATE SKIP LOCKED)
 RETURNING id
 """
 
 RESCUE = f"""
--- Only workers that beat within the last hour: the rows of workers long dead (kept
--- until the pruner reaps them) would otherwise be read at every pass. A job of a worker
--- silent for longer has an expired lease anyway, unless its leases outlast an hour,
--- and then the lease's end hands it back.
-WITH dead AS (SELECT id FROM tether_workers WHERE state = 'dead'
-              AND heartbeat_at > now() - interval '1 hour')
+-- A job of a live worker is rescued only once its lease expired AND its worker is
+-- "quiet": the caller (the rescuer) watched that worker's beat counter stand still for
+-- at least the lease, on its own monotonic clock, and passes (worker: count seen). The
+-- worker's row is locked FOR SHARE (skipped if held: a beat in flight holds it) and
+-- must still show that count, so a beat that landed since the caller looked saves its
+-- jobs, and one that comes after waits for nothing (it skips the row and is not
+-- counted). A step of the server's clock makes leases look expired, but cannot make a
+-- worker quiet. A job its worker's last counted beat did not list among the jobs it
+-- holds (and older than that beat) was dropped by a live worker (it fenced itself, or
+-- lost track of it): its lease alone decides, as nothing runs it. With quiet NULL (a
+-- caller with no history: tests, tools), the lease alone decides, as it does for a job
+-- whose worker has no row.
+--
+-- A worker known dead (process or session gone: marked 'dead'; or 'stopped' with jobs
+-- still running) loses its jobs at once. Only workers that stopped within the last
+-- hour: the rows of workers long dead (kept until the pruner reaps them) would
+-- otherwise be read at every pass. A job of a worker silent for longer has an expired
+-- lease anyway, unless its leases outlast an hour, and then the lease's end hands it
+-- back.
+WITH dead AS (SELECT id FROM tether_workers WHERE state IN ('dead', 'stopped')
+              AND heartbeat_at > now() - interval '1 hour'),
+quiet AS MATERIALIZED (
+    SELECT w.id FROM tether_workers w
+    JOIN jsonb_each_text(%(quiet)s::jsonb) AS q(id, beats) ON q.id = w.id
+    WHERE w.beats = q.beats::bigint AND w.state IN ('active', 'draining')
+    FOR SHARE OF w SKIP LOCKED
+)
 UPDATE tether_jobs SET state = {RESCUE_STATE},
     lease_token = lease_token + 1, lease_expires_at = NULL,
     -- Recovered work that has a checkpoint goes first: back to its place in line. Other
@@ -69,7 +97,7 @@ UPDATE tether_jobs SET state = {RESCUE_STATE},
 -- The candidates: running jobs whose lease expired (through the partial index of running
 -- jobs; one pass a second for the fleet, on the maintenance leader), and the running
 -- jobs of recently dead workers, looked up by worker. Their rows are then locked in id
--- order and the conditions checked again.
+-- order (skipping rows held elsewhere) and the conditions checked again.
 WHERE id IN (SELECT id FROM tether_jobs
              WHERE id = ANY(ARRAY(
                  SELECT id FROM tether_jobs WHERE state = 'running' AND lease_expires_at < now()
@@ -80,8 +108,21 @@ WHERE id IN (SELECT id FROM tether_jobs
                      SELECT id FROM tether_jobs
                      WHERE state = 'running' AND worker_id = dead.id OFFSET 0) AS j))
              AND state = 'running'
-             AND (lease_expires_at < now() OR worker_id IN (SELECT id FROM dead))
-             ORDER BY id FOR NO KEY UPDATE)
+             AND (worker_id IN (SELECT id FROM dead)
+                  OR (lease_expires_at < now()
+                      AND (%(quiet)s::jsonb IS NULL OR worker_id IN (SELECT id FROM quiet)
+                           OR NOT EXISTS (SELECT 1 FROM tether_workers w
+                                          WHERE w.id = tether_jobs.worker_id)
+                           -- Dropped by its live worker: older than its last counted
+                           -- beat, which did not list it among the jobs it holds.
+                           OR EXISTS (SELECT 1 FROM tether_workers w
+                                      WHERE w.id = tether_jobs.worker_id
+                                        AND w.holding IS NOT NULL
+                                        AND NOT (tether_jobs.id = ANY(w.holding))
+                                        AND tether_jobs.heartbeat_at < w.heartbeat_at))))
+             -- Rows held by someone else are skipped, not waited for: the next round
+             -- tries them again, and the other rescues go ahead now.
+             ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)
 RETURNING {JOB_COLUMNS}
 """
 # The transition trigger NOTIFYs tether_enqueued for the jobs a rescue puts back in line

@@ -97,12 +97,16 @@ HEARTBEAT = (
     "value ->> 3 AS tot, value ->> 4 AS us FROM json_each(:beats)) AS v "
     "WHERE tether_jobs.id = v.id AND tether_jobs.lease_token = v.tok "
     "AND +tether_jobs.state = 'running' "
-    "RETURNING tether_jobs.id, cancel_requested_at IS NOT NULL AS cancel, cancel_force, "
-    "pause_requested_at IS NOT NULL AS pause"
+    "RETURNING 'kept', tether_jobs.id, cancel_requested_at IS NOT NULL AS cancel, "
+    "cancel_force, pause_requested_at IS NOT NULL AS pause"
 )
+# No row locks on SQLite: a beat that gets the write lock reaches every row, and one
+# that does not fails whole (busy_timeout), as a lost connection does on PostgreSQL.
 HEARTBEAT_WORKER = (
     # A worker presumed dead that still beats is alive (see the PostgreSQL HEARTBEAT).
-    f"UPDATE tether_workers SET heartbeat_at = {NOW}, "
+    # Every beat adds one to the counter the rescuers watch.
+    f"UPDATE tether_workers SET heartbeat_at = {NOW}, beats = beats + 1, lease = :lease, "
+    "holding = :holding, "
     "state = CASE WHEN state = 'dead' THEN 'active' ELSE state END WHERE id = :worker"
 )
 
@@ -171,7 +175,7 @@ FINISH = (
     # The unary + keeps the planner off the state index: each outcome is one
     # primary-key lookup, however many jobs run.
     "WHERE tether_jobs.id = v.id AND tether_jobs.lease_token = v.tok "
-    "AND +tether_jobs.state = 'running' RETURNING tether_jobs.id"
+    "AND +tether_jobs.state = 'running' RETURNING tether_jobs.id, 1"
 )
 
 SAVE_ARTIFACT = (

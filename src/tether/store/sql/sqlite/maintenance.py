@@ -10,6 +10,8 @@ LIVE_WORKERS = (
     "SELECT id, pid, pid_start, boot_id, pid_ns, machine_id FROM tether_workers "
     "WHERE state IN ('active', 'draining')"
 )
+# Every live worker's beat counter and lease, which the rescuers watch (a plain read).
+WORKER_BEATS = "SELECT id, beats, lease FROM tether_workers WHERE state IN ('active', 'draining')"
 MARK_DEAD = (
     f"UPDATE tether_workers SET state = 'dead' WHERE id IN {each('ids')} "
     "AND state IN ('active', 'draining')"
@@ -17,6 +19,13 @@ MARK_DEAD = (
 # No sessions to look at on SQLite: a worker elsewhere is judged by lease expiry.
 DEAD_SESSIONS = None
 
+# Known dead: the process is gone ('dead'), or the worker stopped with jobs running.
+_DEAD = "SELECT id FROM tether_workers WHERE state IN ('dead', 'stopped')"
+# The conditions are PostgreSQL's RESCUE (see there): a job of a live worker goes back
+# only once its lease expired and the caller watched its worker's beat counter stand
+# still for a lease on its own monotonic clock (:quiet, {worker: count seen}), so a
+# process whose clock jumps ahead cannot rescue a worker whose beats still arrive. No
+# row locks here: the write transaction serializes the rescue with every beat.
 _HAS_CHILDREN = "EXISTS (SELECT 1 FROM tether_jobs c WHERE c.parent_id = tether_jobs.id)"
 # INDEXED BY: once the table is mostly finished jobs, ANALYZE's statistics (one value of
 # `state` for nearly every row) make the planner scan the whole table for the few running
@@ -40,8 +49,7 @@ RESCUE = (
     "reason = CASE WHEN cancel_requested_at IS NOT NULL "
     "THEN 'rescued with a pending cancel' "
     "WHEN pause_requested_at IS NOT NULL THEN 'rescued with a pending pause' "
-    "WHEN worker_id IN (SELECT id FROM tether_workers WHERE state = 'dead') "
-    "THEN 'worker dead' ELSE 'lease expired' END "
+    f"WHEN worker_id IN ({_DEAD}) THEN 'worker dead' ELSE 'lease expired' END "
     f"|| CASE WHEN phase IS NULL THEN '' WHEN {_HAS_CHILDREN} "
     "THEN '; staying in phase ' || phase || ' (' || (SELECT COUNT(*) FROM "
     "tether_jobs c WHERE c.parent_id = tether_jobs.id) || ' children found)' "
@@ -50,8 +58,15 @@ RESCUE = (
     # between the phase change and the spawns) starts again from the first.
     f"phase = CASE WHEN phase IS NOT NULL AND NOT {_HAS_CHILDREN} THEN NULL "
     "ELSE phase END "
-    f"WHERE state = 'running' AND (lease_expires_at < {NOW} OR worker_id IN "
-    "(SELECT id FROM tether_workers WHERE state = 'dead')) "
+    f"WHERE state = 'running' AND (worker_id IN ({_DEAD}) OR (lease_expires_at < {NOW} "
+    "AND (:quiet IS NULL OR worker_id IN (SELECT w.id FROM tether_workers w "
+    "JOIN json_each(:quiet) AS q ON q.key = w.id WHERE w.beats = q.value "
+    "AND w.state IN ('active', 'draining')) "
+    "OR worker_id NOT IN (SELECT id FROM tether_workers) "
+    # Dropped by its live worker (see PostgreSQL's RESCUE).
+    "OR EXISTS (SELECT 1 FROM tether_workers w WHERE w.id = tether_jobs.worker_id "
+    "AND w.holding IS NOT NULL AND tether_jobs.heartbeat_at < w.heartbeat_at "
+    "AND tether_jobs.id NOT IN (SELECT value FROM json_each(w.holding)))))) "
     f"RETURNING {JOB_COLUMNS}"
 )
 # Nothing announces the jobs a rescue puts back in line: the store does, after commit.

@@ -1,0 +1,12 @@
+-- tether schema, version 23 (PostgreSQL): liveness by heartbeats that arrive, not by
+-- clocks. Every heartbeat that reaches a worker's row adds one to `beats` and records
+-- the lease it grants (`lease`, seconds). The rescuer watches the counter on its own
+-- monotonic clock: a job whose lease expired is rescued only once the rescuer has seen
+-- its worker's counter stand still for at least that lease, so a step of the server's
+-- clock cannot rescue a worker whose heartbeats still arrive.
+ALTER TABLE tether_workers ADD COLUMN beats BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE tether_workers ADD COLUMN lease DOUBLE PRECISION;
+-- The jobs the worker still holds, as of its last counted beat (running or having their
+-- outcome written). A running job of a live worker missing from it, and older than that
+-- beat, was dropped by its worker (it fenced itself, say): its lease decides.
+ALTER TABLE tether_workers ADD COLUMN holding BIGINT[];

@@ -1,0 +1,8 @@
+-- tether schema, version 23 (SQLite): liveness by heartbeats that arrive, not by
+-- clocks (see the PostgreSQL migration). On SQLite every process reads its own clock,
+-- so a process whose clock is ahead saw every lease as expired; the counter is watched
+-- on the rescuer's monotonic clock instead.
+ALTER TABLE tether_workers ADD COLUMN beats INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tether_workers ADD COLUMN lease REAL;
+-- The jobs the worker still holds as of its last counted beat (a JSON array of ids).
+ALTER TABLE tether_workers ADD COLUMN holding TEXT;
