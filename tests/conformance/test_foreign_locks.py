@@ -237,11 +237,36 @@ async def test_a_job_its_live_worker_dropped_goes_back_when_its_lease_expires(
     await _register(store, "w1")
     kept = await running_job(store, "w1")
     dropped = await running_job(store, "w1")
-    db.set_ago("tether_jobs", "heartbeat_at", dropped.id, 5.0)  # claimed before the beat
-    await store.heartbeat("w1", _beats(kept), 60)
+    # Claimed before the beat before the last one (a claim may overtake one beat).
+    db.set_ago("tether_jobs", "heartbeat_at", dropped.id, 5.0)
+    await store.heartbeat("w1", _beats(kept), 60, [kept.id])
     assert await store.rescue({}) == []  # its lease still holds
     db.expire_lease(kept.id)
     db.expire_lease(dropped.id)
     [rescued] = await store.rescue({})
     assert rescued.id == dropped.id
     assert db.state(kept.id) == "running"
+
+
+async def test_no_job_counts_as_dropped_when_the_beat_does_not_say_what_it_holds(
+    store: Store, db: Db
+) -> None:
+    # A claim was out when the beat was sent: the list may lack its jobs.
+    await _register(store, "w1")
+    kept = await running_job(store, "w1")
+    other = await running_job(store, "w1")
+    db.set_ago("tether_jobs", "heartbeat_at", other.id, 5.0)
+    await store.heartbeat("w1", _beats(kept), 60, None)
+    db.expire_lease(other.id)
+    assert await store.rescue({}) == []
+
+
+async def test_a_job_claimed_as_the_beat_went_out_is_not_dropped(store: Store, db: Db) -> None:
+    # Claimed after the beat before the last: its claim may have overtaken the last
+    # beat (sent before the claim's answer came back), so it is not judged dropped.
+    await _register(store, "w1")
+    await store.heartbeat("w1", [], 60, [])
+    fresh = await running_job(store, "w1")
+    await store.heartbeat("w1", [], 60, [])
+    db.expire_lease(fresh.id)  # a step of the clock
+    assert await store.rescue({}) == []

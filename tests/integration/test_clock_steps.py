@@ -74,9 +74,10 @@ def executions(log_dir: Path) -> collections.Counter[int]:
     return runs
 
 
-async def rescued(app: App, ids: list[int]) -> list[int]:
+async def rescued(app: App, ids: list[int]) -> list[tuple[int, str | None]]:
+    """The jobs rescued, with why."""
     store = await app.store()
-    return [i for i in ids if any(e.actor == "rescuer" for e in await store.events(i))]
+    return [(i, e.reason) for i in ids for e in await store.events(i) if e.actor == "rescuer"]
 
 
 async def _running(app: App, n: int) -> bool:

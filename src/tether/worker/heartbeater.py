@@ -60,8 +60,10 @@ class Heartbeater(Service):
         # Not wait_for: it waits for the cancelled call to unwind, and the driver waits for
         # the server to acknowledge the cancel, which a partitioned server never does.
         # Every job the worker still holds, the ones being finished or stopped included:
-        # a running job of ours missing from this list is one we dropped.
-        holding = list(w.running)
+        # a running job of ours missing from this list is one we dropped (a job claimed
+        # later is younger than this beat's predecessor, which the rescue checks). While
+        # a claim is out the list may lack its jobs: say nothing then.
+        holding = list(w.running) if w.claimer.idle.is_set() else None
         call = asyncio.ensure_future(
             w.store.heartbeat(w.id, beats, w.config.lease_duration, holding)
         )

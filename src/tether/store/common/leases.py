@@ -74,7 +74,9 @@ class LeasesSql(SqlBase):
         params = {
             "beats": q.beats(beats),
             "ids": [b.job_id for b in beats],
-            "holding": sorted({b.job_id for b in beats} | set(holding or ())),
+            "holding": None
+            if holding is None
+            else sorted({b.job_id for b in beats} | set(holding)),
             "worker": worker_id,
             "lease": lease_duration,
         }

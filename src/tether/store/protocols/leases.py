@@ -37,10 +37,11 @@ class LeaseStore(Protocol):
     ) -> HeartbeatResult:
         """One write: extend these leases, flush progress, count a beat on the worker
         row. Never waits on another client's row lock: a row held elsewhere is skipped
-        (see :class:`~tether.job.HeartbeatResult`). ``holding``: the jobs the worker
-        still holds besides these (their outcome being written), recorded with the
-        beat: a job of the worker that is in neither was dropped by it, and the rescue
-        judges it by its lease.
+        (see :class:`~tether.job.HeartbeatResult`). ``holding``: every job the worker
+        still holds (these, and those being finished or stopped), recorded with the
+        beat; a running job of the worker that is not in it and older than the beat
+        before was dropped by it, and the rescue judges it by its lease. ``None``: not
+        known (a claim is out), and nothing is judged dropped.
 
         Returns the leases still held and their pending control requests.
         """

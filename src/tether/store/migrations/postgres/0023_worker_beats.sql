@@ -6,7 +6,10 @@
 -- clock cannot rescue a worker whose heartbeats still arrive.
 ALTER TABLE tether_workers ADD COLUMN beats BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE tether_workers ADD COLUMN lease DOUBLE PRECISION;
--- The jobs the worker still holds, as of its last counted beat (running or having their
--- outcome written). A running job of a live worker missing from it, and older than that
--- beat, was dropped by its worker (it fenced itself, say): its lease decides.
+-- The jobs the worker still holds, as of its last counted beat (running, or being
+-- finished or stopped; NULL when a claim was out, so that the list may be short), and
+-- when the beat before it landed. A running job of a live worker missing from the list
+-- and older than the beat before was dropped by its worker (it fenced itself, say): its
+-- lease decides.
 ALTER TABLE tether_workers ADD COLUMN holding BIGINT[];
+ALTER TABLE tether_workers ADD COLUMN beat_before TIMESTAMPTZ;

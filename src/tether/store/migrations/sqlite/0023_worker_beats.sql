@@ -4,5 +4,7 @@
 -- on the rescuer's monotonic clock instead.
 ALTER TABLE tether_workers ADD COLUMN beats INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tether_workers ADD COLUMN lease REAL;
--- The jobs the worker still holds as of its last counted beat (a JSON array of ids).
+-- The jobs the worker still holds as of its last counted beat (a JSON array of ids), and
+-- when the beat before it landed (see the PostgreSQL migration).
 ALTER TABLE tether_workers ADD COLUMN holding TEXT;
+ALTER TABLE tether_workers ADD COLUMN beat_before REAL;

@@ -59,8 +59,8 @@ WITH v AS (
     -- A worker presumed dead (its session was gone for a while) that still beats is
     -- alive: its old leases were revoked by the rescue, its new ones must not be. Every
     -- beat that lands adds one to the counter the rescuers watch.
-    UPDATE tether_workers SET heartbeat_at = now(), beats = beats + 1, lease = %(lease)s,
-        holding = %(holding)s::bigint[],
+    UPDATE tether_workers SET heartbeat_at = now(), beat_before = heartbeat_at,
+        beats = beats + 1, lease = %(lease)s, holding = %(holding)s::bigint[],
         state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
     WHERE id IN (SELECT id FROM wl)
     RETURNING id

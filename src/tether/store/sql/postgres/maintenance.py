@@ -47,7 +47,7 @@ RESCUE = f"""
 -- jobs, and one that comes after waits for nothing (it skips the row and is not
 -- counted). A step of the server's clock makes leases look expired, but cannot make a
 -- worker quiet. A job its worker's last counted beat did not list among the jobs it
--- holds (and older than that beat) was dropped by a live worker (it fenced itself, or
+-- holds (and older than the beat before) was dropped by a live worker (it fenced itself, or
 -- lost track of it): its lease alone decides, as nothing runs it. With quiet NULL (a
 -- caller with no history: tests, tools), the lease alone decides, as it does for a job
 -- whose worker has no row.
@@ -113,13 +113,14 @@ WHERE id IN (SELECT id FROM tether_jobs
                       AND (%(quiet)s::jsonb IS NULL OR worker_id IN (SELECT id FROM quiet)
                            OR NOT EXISTS (SELECT 1 FROM tether_workers w
                                           WHERE w.id = tether_jobs.worker_id)
-                           -- Dropped by its live worker: older than its last counted
-                           -- beat, which did not list it among the jobs it holds.
+                           -- Dropped by its live worker: its last counted beat did not
+                           -- list it among the jobs it holds, and it is older than the
+                           -- beat before (a claim may overtake one beat, not two).
                            OR EXISTS (SELECT 1 FROM tether_workers w
                                       WHERE w.id = tether_jobs.worker_id
                                         AND w.holding IS NOT NULL
                                         AND NOT (tether_jobs.id = ANY(w.holding))
-                                        AND tether_jobs.heartbeat_at < w.heartbeat_at))))
+                                        AND tether_jobs.heartbeat_at < w.beat_before))))
              -- Rows held by someone else are skipped, not waited for: the next round
              -- tries them again, and the other rescues go ahead now.
              ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)

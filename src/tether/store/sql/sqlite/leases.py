@@ -105,7 +105,8 @@ HEARTBEAT = (
 HEARTBEAT_WORKER = (
     # A worker presumed dead that still beats is alive (see the PostgreSQL HEARTBEAT).
     # Every beat adds one to the counter the rescuers watch.
-    f"UPDATE tether_workers SET heartbeat_at = {NOW}, beats = beats + 1, lease = :lease, "
+    f"UPDATE tether_workers SET heartbeat_at = {NOW}, beat_before = heartbeat_at, "
+    "beats = beats + 1, lease = :lease, "
     "holding = :holding, "
     "state = CASE WHEN state = 'dead' THEN 'active' ELSE state END WHERE id = :worker"
 )

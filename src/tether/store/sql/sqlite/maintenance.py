@@ -65,7 +65,7 @@ RESCUE = (
     "OR worker_id NOT IN (SELECT id FROM tether_workers) "
     # Dropped by its live worker (see PostgreSQL's RESCUE).
     "OR EXISTS (SELECT 1 FROM tether_workers w WHERE w.id = tether_jobs.worker_id "
-    "AND w.holding IS NOT NULL AND tether_jobs.heartbeat_at < w.heartbeat_at "
+    "AND w.holding IS NOT NULL AND tether_jobs.heartbeat_at < w.beat_before "
     "AND tether_jobs.id NOT IN (SELECT value FROM json_each(w.holding)))))) "
     f"RETURNING {JOB_COLUMNS}"
 )
