@@ -127,3 +127,23 @@ async def test_marking_a_worker_dead_lets_rescue_take_its_jobs(store: Store) -> 
     assert await store.rescue() == []
     assert await store.mark_dead_workers(procinfo.process_gone, 3600) == ["w1"]
     assert [j.id for j in await store.rescue()] == [job.id]
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_lost_session_is_death_only_for_a_worker_watched_quiet(
+    store: Store, db: Db
+) -> None:
+    # The server's clock stepped forward: by database time the worker's last beat is
+    # long past, and its recorded session is not on this server. Only the rescuer's own
+    # watch of its beat count (monotonic) may say it is dead.
+    await store.register_worker("w1", None, "h", 1, None, ["q"], 1)
+    db.execute(
+        "UPDATE tether_workers SET backend_pid = 2147483647, "
+        "heartbeat_at = now() - interval '1 hour' WHERE id = %s",
+        ("w1",),
+    )
+    assert await store.mark_dead_workers(lambda _p: False, 5.0, still=[]) == []
+    assert await store.mark_dead_workers(lambda _p: False, 5.0, still=["other"]) == []
+    assert await store.mark_dead_workers(lambda _p: False, 5.0, still=["w1"]) == ["w1"]

@@ -48,3 +48,12 @@ def test_workers_no_longer_live_are_forgotten() -> None:
     watch.observe({"a": (1, 1.0), "b": (1, 1.0)}, 0.0)
     watch.observe({"b": (1, 1.0)}, 0.5)
     assert watch.quiet(10.0) == {"b": 1}
+
+
+def test_still_lists_the_workers_whose_count_stood_still_long_enough() -> None:
+    watch = BeatWatch()
+    watch.observe({"a": (1, 10.0), "b": (5, 10.0)}, now=100.0)
+    watch.observe({"a": (1, 10.0), "b": (6, 10.0)}, now=103.0)
+    assert watch.still(104.0, 4.0) == ["a"]
+    assert watch.still(104.0, 5.0) == []
+    assert sorted(watch.still(110.0, 7.0)) == ["a", "b"]

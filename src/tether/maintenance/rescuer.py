@@ -49,6 +49,10 @@ class BeatWatch:
         self.seen = seen
         self.leases = {worker_id: lease for worker_id, (_count, lease) in beats.items()}
 
+    def still(self, now: float, at_least: float) -> list[str]:
+        """The workers whose count stood still for at least ``at_least`` seconds."""
+        return [w for w, (_count, since) in self.seen.items() if now - since >= at_least]
+
     def quiet(self, now: float, default_lease: float = DEFAULT_LEASE) -> dict[str, int]:
         """The workers whose count stood still for at least their lease, with that count
         (the store checks it again under the row's lock)."""
@@ -65,8 +69,8 @@ class Rescuer(Service):
     1. reads every live worker's beat counter (:class:`BeatWatch`);
     2. marks dead the workers whose process is gone, where a pid check means anything
        (the same boot, PID namespace and machine: :func:`~tether.procinfo.process_gone`),
-       and (PostgreSQL) the workers whose database session is gone and whose heartbeat
-       is stale;
+       and (PostgreSQL) the workers whose database session is gone and whose beat count
+       this rescuer watched stand still for the session grace;
     3. moves to ``retrying`` (or ``failed`` once its attempts are spent, or
        ``cancelled`` if a cancel was pending), bumping its lease token so the old
        worker's writes fail, every running job whose worker is dead or stopped, and
@@ -130,7 +134,10 @@ class Rescuer(Service):
         """One round; returns the jobs rescued."""
         await self.observe()
         quiet = self.watch.quiet(self.clock(), self.lease)
-        dead = await self.store.mark_dead_workers(process_gone, self.session_grace)
+        # A lost session makes a worker dead only once its count also stood still for
+        # the grace on this clock: the database's own clock may have stepped.
+        still = self.watch.still(self.clock(), self.session_grace)
+        dead = await self.store.mark_dead_workers(process_gone, self.session_grace, still)
         for worker_id in dead:
             log.warning("worker %s is dead; its jobs will be rescued", worker_id)
         # Two rescuers (leaders overlapping, a worker's opening pass) are safe: the rescue

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from tether import hints as h
@@ -20,7 +20,12 @@ class MaintenanceSql(SqlBase):
     """What the maintenance leader does: find dead workers, rescue their jobs, hold its
     lease, and prune what is old."""
 
-    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
+    async def mark_dead_workers(
+        self,
+        process_gone: ProcessGone,
+        session_grace: float,
+        still: Collection[str] | None = None,
+    ) -> list[str]:
         q = self.sql.maintenance
 
         async def body(tx: Tx) -> list[str]:
@@ -30,7 +35,8 @@ class MaintenanceSql(SqlBase):
                 await tx.run(q.MARK_DEAD, {"ids": dead})
             if q.DEAD_SESSIONS is not None:
                 # Workers whose database session is gone (PostgreSQL).
-                rows = await tx.all(q.DEAD_SESSIONS, {"grace": session_grace})
+                watched = None if still is None else list(still)
+                rows = await tx.all(q.DEAD_SESSIONS, {"grace": session_grace, "still": watched})
                 dead.extend(r["id"] for r in rows)
             return dead
 

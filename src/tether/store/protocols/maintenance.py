@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, runtime_checkable
 
 from tether.job import Job
@@ -18,9 +18,18 @@ class MaintenanceStore(Protocol):
     """Maintenance: finding dead workers and rescuing their jobs, the maintenance
     leader's lease, and retention (pruning old jobs and rows)."""
 
-    async def mark_dead_workers(self, process_gone: ProcessGone, session_grace: float) -> list[str]:
+    async def mark_dead_workers(
+        self,
+        process_gone: ProcessGone,
+        session_grace: float,
+        still: Collection[str] | None = None,
+    ) -> list[str]:
         """Mark workers dead whose process ``process_gone`` says is gone, or (PostgreSQL)
-        whose session is gone and whose heartbeat is older than ``session_grace``."""
+        whose session is gone and whose heartbeat is older than ``session_grace``. With
+        ``still``, a lost session counts only for those workers: the ones whose beat
+        count the caller watched stand still for ``session_grace`` on its own monotonic
+        clock (a database clock that steps forward must not declare a beating worker
+        dead)."""
 
     async def worker_beats(self) -> dict[str, tuple[int, float | None]]:
         """Every live worker's beat counter and the lease its last beat granted

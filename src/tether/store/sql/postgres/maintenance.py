@@ -25,12 +25,16 @@ WHERE id IN (SELECT id FROM tether_workers WHERE id = ANY(%(ids)s)
 # After a failover or a server restart every recorded session looks gone, and a
 # worker's claimer may get through before its heartbeater (whose backoff is longer): the
 # lease it was just granted proves it alive, and must not be rescued from under it.
+# %(still)s: the workers the rescuer watched count no beat for the grace on its own
+# monotonic clock (NULL: judge by database time alone), so that a server clock stepping
+# forward does not declare dead a worker whose beats arrive.
 DEAD_SESSIONS = """
 UPDATE tether_workers SET state = 'dead'
 WHERE id IN (SELECT id FROM tether_workers w
              WHERE state IN ('active', 'draining') AND backend_pid IS NOT NULL
                AND backend_pid NOT IN (SELECT pid FROM pg_stat_activity)
                AND heartbeat_at < now() - make_interval(secs => %(grace)s)
+               AND (%(still)s::text[] IS NULL OR id = ANY(%(still)s::text[]))
                AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running'
                                AND j.worker_id = w.id
                                AND j.heartbeat_at >= now() - make_interval(secs => %(grace)s))
