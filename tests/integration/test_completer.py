@@ -3,6 +3,11 @@ accepted (both stores)."""
 
 from __future__ import annotations
 
+import asyncio
+
+import psycopg
+import pytest
+
 from tests.conformance.support import outcome, running_job
 from tether.job import Outcome
 from tether.states import JobState
@@ -33,3 +38,26 @@ async def test_each_outcome_hears_whether_it_was_accepted_even_if_another_callba
     assert not completer.pending
     done = await store.get(held.id)
     assert done is not None and done.state is JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_an_outcome_whose_limit_row_is_held_waits_alone(store: Store, db_url: str) -> None:
+    # Ending a keyed job updates its key's counted limit: with that row held by another
+    # client, the batch gives up after the bound, and the other outcomes go in at once.
+    keyed = await running_job(store, "w1", key="k", limits=("key:k",))
+    plain = await running_job(store, "w1")
+    completer = Completer(store, "w1")
+    completer.lock_wait = 0.3
+    completer.submit(outcome(keyed, JobState.SUCCEEDED))
+    completer.submit(outcome(plain, JobState.SUCCEEDED))
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM tether_limits WHERE name = 'key:k' FOR UPDATE")
+        assert await asyncio.wait_for(completer.round(), 10) is None
+        assert [o.job_id for o, _ in completer.pending] == [keyed.id]
+        assert (await store.get(plain.id)).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+        holder.rollback()
+    await completer.round()
+    assert not completer.pending
+    assert (await store.get(keyed.id)).state is JobState.SUCCEEDED  # type: ignore[union-attr]

@@ -6,7 +6,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tether.job import Outcome
+from tether.errors import RowLocked
+from tether.job import Finished, Outcome
 from tether.service import Service
 from tether.store import Store
 
@@ -43,7 +44,7 @@ class Completer(Service):
             return 0
         self.idle.clear()
         try:
-            accepted = await self.store.finish(self.worker_id, [o for o, _ in batch])
+            accepted = await self._finish(batch)
         except BaseException:
             self.pending[:0] = batch
             raise
@@ -67,3 +68,27 @@ class Completer(Service):
             except Exception:  # one job's bookkeeping must not strand the others
                 log.exception("job %s: internal error in the worker", outcome.job_id)
         return len(batch)
+
+    async def _finish(self, batch: list[tuple[Outcome, Recorded | None]]) -> Finished:
+        """Write the batch in one statement. If its transition had to wait too long for a
+        row someone else holds (a limit's row, a dependent's: :class:`RowLocked`, which
+        rolled the whole statement back), write each outcome alone, so that only the
+        ones that touch the held row wait for a later round."""
+        outcomes = [o for o, _ in batch]
+        try:
+            return await self.store.finish(self.worker_id, outcomes)
+        except RowLocked:
+            if len(outcomes) == 1:
+                raise
+        done = Finished()
+        held: set[int] = set()
+        for outcome in outcomes:
+            try:
+                one = await self.store.finish(self.worker_id, [outcome])
+            except RowLocked:
+                held.add(outcome.job_id)
+                continue
+            done |= one
+            held |= one.held
+        done.held = frozenset(held)
+        return done

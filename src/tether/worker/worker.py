@@ -179,7 +179,17 @@ class Worker:
             max_backoff=self.config.max_backoff,
         )
         # The maintenance duties wait on no row lock without a bound (see LOCK_WAIT).
-        for duty in (self.rescuer, self.follow_up, self.leader, self.pruner, self.scheduler):
+        # So do outcomes: a finish whose transition must update a row someone else holds
+        # (a concurrency limit's, say) gives up after the bound and goes again later.
+        for duty in (
+            self.rescuer,
+            self.follow_up,
+            self.leader,
+            self.pruner,
+            self.scheduler,
+            self.releaser,
+            self.completer,
+        ):
             duty.lock_wait = maintenance.lock_wait
         await self._open()
         self._services = [
