@@ -7,12 +7,13 @@ import dataclasses
 import os
 import sys
 
+import psycopg
 import pytest
 
 from tether import procinfo
 from tether.store import Store
 
-from .support import Db, assert_between, running_job
+from .support import Db, assert_between, enqueue_one, running_job
 
 
 async def finished_pid() -> int:
@@ -147,3 +148,25 @@ async def test_a_lost_session_is_death_only_for_a_worker_watched_quiet(
     assert await store.mark_dead_workers(lambda _p: False, 5.0, still=[]) == []
     assert await store.mark_dead_workers(lambda _p: False, 5.0, still=["other"]) == []
     assert await store.mark_dead_workers(lambda _p: False, 5.0, still=["w1"]) == ["w1"]
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_worker_presumed_dead_claims_nothing_until_a_beat_revives_it(
+    store: Store, db: Db, db_url: str
+) -> None:
+    # After a failover a live worker may be marked dead (its session looked gone) while
+    # a claim of its is in flight: the rescue would take that fresh job straight back.
+    await store.register_worker("w1", None, "h", 1, None, ["q"], 1)
+    await enqueue_one(store, queue="q")
+    db.execute("UPDATE tether_workers SET state = 'dead' WHERE id = %s", ("w1",))
+    assert await store.claim("w1", ["q"], ["t"], 1, 60.0) == []
+    # A marking in flight holds the row: the claim neither waits nor takes anything.
+    db.execute("UPDATE tether_workers SET state = 'active' WHERE id = %s", ("w1",))
+    with psycopg.connect(db_url) as marking:
+        marking.execute("SELECT 1 FROM tether_workers WHERE id = 'w1' FOR UPDATE")
+        assert await asyncio.wait_for(store.claim("w1", ["q"], ["t"], 1, 60.0), 5) == []
+        marking.rollback()
+    await store.heartbeat("w1", [], 60.0)
+    assert len(await store.claim("w1", ["q"], ["t"], 1, 60.0)) == 1

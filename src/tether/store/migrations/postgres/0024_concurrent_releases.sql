@@ -187,6 +187,20 @@ DECLARE
     k TEXT;
     at TIMESTAMPTZ;
 BEGIN
+    -- A worker presumed dead claims nothing: the rescue would take back at once a job
+    -- it claimed after being marked (a failover made its session look gone while it
+    -- lived). FOR KEY SHARE serialises the claim with the marking, which locks the row
+    -- FOR UPDATE: marked first, the claim sees it (or skips the row) and returns
+    -- nothing; claimed first, the marking skips the row, and the fresh claim saves the
+    -- worker next round. It does not conflict with the heartbeat's row lock. A worker
+    -- with no row (a tool, a test) claims as before.
+    IF EXISTS (SELECT 1 FROM tether_workers WHERE id = p_worker) THEN
+        PERFORM 1 FROM tether_workers WHERE id = p_worker AND state <> 'dead'
+            FOR KEY SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
     buckets := ARRAY(SELECT 'queue:' || x FROM unnest(p_queues) AS x)
             || ARRAY(SELECT 'task:' || x FROM unnest(p_tasks) AS x);
     -- Lock first, then read the clock: the refill is measured from the moment this

@@ -14,11 +14,13 @@ LIVE_WORKERS = (
 WORKER_BEATS = "SELECT id, beats, lease FROM tether_workers WHERE state IN ('active', 'draining')"
 # Only still live: a worker that stopped after LIVE_WORKERS was read stays stopped. Rows
 # held by someone else are skipped (the next round tries again): a worker marked dead a
-# round later loses nothing, and one held row must not stall the fleet's rescue.
+# round later loses nothing, and one held row must not stall the fleet's rescue. FOR
+# UPDATE, not the UPDATE's own NO KEY UPDATE: a claim in flight holds its worker's row
+# FOR KEY SHARE (tether_claim_paced), and a worker that is claiming is not dead.
 MARK_DEAD = """
 UPDATE tether_workers SET state = 'dead'
 WHERE id IN (SELECT id FROM tether_workers WHERE id = ANY(%(ids)s)
-             AND state IN ('active', 'draining') FOR NO KEY UPDATE SKIP LOCKED)
+             AND state IN ('active', 'draining') FOR UPDATE SKIP LOCKED)
 """
 # Workers whose database session is gone, and from whom nothing was heard within the
 # grace: neither a heartbeat of the worker nor a claim or heartbeat of one of its jobs.
@@ -38,7 +40,7 @@ WHERE id IN (SELECT id FROM tether_workers w
                AND NOT EXISTS (SELECT 1 FROM tether_jobs j WHERE j.state = 'running'
                                AND j.worker_id = w.id
                                AND j.heartbeat_at >= now() - make_interval(secs => %(grace)s))
-             FOR NO KEY UPDATE SKIP LOCKED)
+             FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
 
