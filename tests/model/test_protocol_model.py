@@ -204,10 +204,11 @@ def test_liveness_holds_under_weak_fairness(
 # -- a broken model fails, with a trail ----------------------------------------------
 
 MUTANTS = {
-    # The rescue trusts the database clock alone: a clock step rescues a live worker.
-    "rescue_without_the_monotonic_watch": (
-        "#define STALE(w, j) (DBEXPIRED(w, j) && WATCHED(w, j))",
-        "#define STALE(w, j) (DBEXPIRED(w, j))",
+    # The rescue trusts the database clock alone (an expired lease): a clock step
+    # rescues a live worker's job.
+    "rescue_without_the_beat_watch": (
+        "#define STALE(r, j) (EXPIRED(j) && (QUIET(r, own[j]) || DROPPED(own[j], j)))",
+        "#define STALE(r, j) (EXPIRED(j))",
         "S_CLOCK",
         None,
     ),
@@ -219,11 +220,20 @@ MUTANTS = {
         "S_CRASH",
         None,
     ),
-    # The heartbeat's answer renews the fence point of a row it skipped (locked by a
-    # foreign transaction): the lease runs out while the worker still trusts it.
+    # The heartbeat's answer renews the fence point of a job row it skipped (held by a
+    # foreign transaction) although the beat was not counted: the lease runs out and the
+    # worker goes quiet while the worker still trusts the job.
     "a_skipped_row_renews_the_fence_point": (
         "#define SKIPPED_RENEWS 0",
         "#define SKIPPED_RENEWS 1",
+        "S_LOCKS",
+        None,
+    ),
+    # A beat that did not reach the worker's row (held) renews every fence point as if
+    # it had been counted: the same break, for every job the beat did not extend.
+    "an_uncounted_beat_renews_the_fence": (
+        "#define UNCOUNTED_FENCES 0",
+        "#define UNCOUNTED_FENCES 1",
         "S_LOCKS",
         None,
     ),
@@ -243,13 +253,12 @@ MUTANTS = {
         "S_REQUESTS",
         "every_cancellation_settles",
     ),
-    # The rescuer watches the worker's heartbeat counter instead of each lease: a job
-    # its worker fenced (or a row it could not extend) is never rescued while the
-    # worker beats on.
-    "the_rescuer_watches_the_workers_counter": (
-        "#define WORKER_BEATS 0",
-        "#define WORKER_BEATS 1",
-        "S_LOCKS",
+    # The rescue ignores holding: a job its worker fenced (its beats delayed past the
+    # fence point) stays running for good while the worker beats on.
+    "the_rescue_ignores_holding": (
+        "#define HOLDING 1",
+        "#define HOLDING 0",
+        "S_NETWORK",
         "every_job_ends",
     ),
 }
