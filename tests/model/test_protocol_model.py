@@ -89,7 +89,7 @@ def run_check(
         capture_output=True,
         text=True,
     )
-    cflags = [optimize, "-w", "-DMEMLIM=1024", "-DNOBOUNDCHECK"]
+    cflags = [optimize, "-w", "-DMEMLIM=2048", "-DNOBOUNDCHECK"]
     cflags += ["-DNFAIR=3"] if claim else ["-DSAFETY", "-DNOCLAIM"]
     subprocess.run(
         ["gcc", *cflags, "-o", "pan", "pan.c"], cwd=workdir, check=True, capture_output=True
@@ -167,7 +167,7 @@ def test_every_state_change_in_the_model_goes_through_the_checked_guard() -> Non
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
-    check = run_check(tmp_path, defines=[scenarios(*SCENARIO)])
+    check = run_check(tmp_path, defines=[scenarios(*SCENARIO)], optimize="-O2")
     print(f"safety, every scenario: {check.summary()}")
     assert check.errors == 0, _failure(check, "a safety property broke")
 
@@ -178,7 +178,7 @@ def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
 def test_safety_holds_with_three_workers_or_three_jobs(tmp_path: Path, size: str) -> None:
     # The crash scenario (a SIGKILL or shutdown, and a stall): a third worker or job
     # multiplies the states by 13 to 20, so the other scenarios stay at 2 x 2.
-    check = run_check(tmp_path, defines=[size, scenarios("S_CRASH")])
+    check = run_check(tmp_path, defines=[size, scenarios("S_CRASH")], optimize="-O2")
     print(f"safety, {size}, crash: {check.summary()}")
     assert check.errors == 0, _failure(check, "a safety property broke")
 

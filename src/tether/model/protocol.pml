@@ -80,7 +80,6 @@ bool hb[NW];            /* a heartbeat is on its way to the database */
 byte hbage[NW];         /* ticks since that heartbeat was sent */
 byte hbtok[NW * NJ];    /* the tokens it carries */
 bool done[NW];          /* the worker's round ran this tick */
-byte hbhold[NW];        /* the holding it carries (the jobs the worker runs at the send) */
 byte wobs[NW * NW] = NOBS; /* BeatWatch of worker r on worker o (WIDX(r, o)): ticks, by r's
                            monotonic clock, since r first saw o's current beats (NOBS: none) */
 bool notif[NJ];         /* a NOTIFY about a request, on its way to the job's worker */
@@ -281,9 +280,15 @@ inline land(w, heard) {
     cnt = !wlock[w];
     if
     :: cnt ->
-        bchg[w] = ALLW; hold[w] = hbhold[w];
+        bchg[w] = ALLW; hold[w] = 0;
         for (j : 0 .. NJ - 1) {
-            if :: st[j] == RUNNING && own[j] == w && older[j] < 2 -> older[j]++
+            /* holding: the jobs the worker ran at the send (the tokens the beat carries) */
+            if :: hbtok[IDX(w, j)] != 0 -> hold[w] = hold[w] | (1 << j) :: else -> skip fi;
+            /* While holding lists the job, 1 and 2 are one state: the next counted beat
+             * that leaves it out makes either 2. */
+            if :: st[j] == RUNNING && own[j] == w && older[j] < 2 && hbtok[IDX(w, j)] == 0 ->
+                  older[j]++
+               :: st[j] == RUNNING && own[j] == w && hbtok[IDX(w, j)] != 0 -> older[j] = 1
                :: else -> skip fi
         }
     :: else -> skip
@@ -327,7 +332,9 @@ inline land(w, heard) {
  * stopped worker is no longer listed), and its counter's news with them. */
 #define FORGET(w) \
     for (j : 0 .. NW - 1) { wobs[WIDX(w, j)] = NOBS; wobs[WIDX(j, w)] = NOBS }; \
-    bchg[w] = 0; j = 0
+    for (j : 0 .. NJ - 1) { \
+        if :: own[j] == w -> lage[j] = 0; older[j] = 0; jumped[j] = 0 :: else -> skip fi }; \
+    bchg[w] = 0; hold[w] = ALLJ; j = 0
 
 /* ---------------------------------------------------------------- processes */
 
@@ -366,11 +373,7 @@ end:
          * out; it may yet reach the database, and the next round waits for it. */
         if
         :: !hb[w] ->
-            hbhold[w] = 0;
-            for (j : 0 .. NJ - 1) {
-                hbtok[IDX(w, j)] = held[IDX(w, j)];
-                if :: held[IDX(w, j)] != 0 -> hbhold[w] = hbhold[w] | (1 << j) :: else -> skip fi
-            };
+            for (j : 0 .. NJ - 1) { hbtok[IDX(w, j)] = held[IDX(w, j)] };
             hbage[w] = 0;
             if
             :: land(w, 1)                  /* answered in time */
@@ -473,7 +476,8 @@ active proctype Clock() {
                  * fires when it resumes, below in Worker, perhaps after its handler ran). */
                 if :: ACTIVE(w) && held[IDX(w, j)] != 0 && age[IDX(w, j)] >= FENCE -> STOP(w, j)
                    :: else -> skip fi;
-                if :: w == 0 && st[j] == RUNNING && lage[j] < L -> lage[j]++
+                /* (a dead worker's job is rescued whatever its lease says) */
+                if :: w == 0 && st[j] == RUNNING && alive[own[j]] && lage[j] < L -> lage[j]++
                    :: else -> skip fi
             };
             for (j : 0 .. NW - 1) {
@@ -498,7 +502,7 @@ active proctype Clock() {
     :: atomic { hb[w] && ACTIVE(w) && losses > 0 -> losses--; \
         land(w, 0); \
         hb[w] = 0 } \
-    :: atomic { hb[w] && losses > 0 -> losses--; hb[w] = 0; hbhold[w] = 0; \
+    :: atomic { hb[w] && losses > 0 -> losses--; hb[w] = 0; \
         for (j : 0 .. NJ - 1) { hbtok[IDX(w, j)] = 0 }; j = 0 }
 
 
@@ -512,9 +516,15 @@ active proctype Clock() {
     :: atomic { alive[w] && !stalled[w] && stalls > 0 -> stalls--; stalled[w] = 1 } \
     :: atomic { stalled[w] -> stalled[w] = 0 }
 
-/* A foreign transaction takes row locks (FOR UPDATE): any job rows and worker rows,
- * at once, and holds them until it ends. */
-#define LOCK(v) if :: v = 1 :: skip fi
+/* A foreign transaction takes row locks (FOR UPDATE), at once, and holds them until
+ * it ends: a job row, a worker's row, or one of each. */
+#define LOCK1(v, n) \
+    if \
+    :: v[0] = 1 \
+    :: n > 1 -> v[1] = 1 \
+    :: n > 2 -> v[n - 1] = 1 \
+    :: skip \
+    fi
 
 
 
@@ -595,15 +605,14 @@ end:
     FAULTS(2)
 #endif
     :: atomic { flocks > 0 -> flocks--; foreign = 1;
-        for (j : 0 .. NJ - 1) { LOCK(flock[j]) };
-        for (j : 0 .. NW - 1) { LOCK(wlock[j]) };
-        j = 0 }
+        LOCK1(flock, NJ); LOCK1(wlock, NW) }
     :: atomic { foreign -> foreign = 0;
         for (j : 0 .. NJ - 1) { flock[j] = 0 };
         for (j : 0 .. NW - 1) { wlock[j] = 0 };
         j = 0 }
     :: atomic { steps > 0 -> steps--;
-        for (j : 0 .. NJ - 1) { if :: st[j] == RUNNING -> jumped[j] = 1 :: else -> skip fi }; j = 0;
+        for (j : 0 .. NJ - 1) {
+            if :: st[j] == RUNNING && alive[own[j]] -> jumped[j] = 1 :: else -> skip fi }; j = 0;
         lttl = 0 }
     /* a person */
     PERSON(0)
