@@ -138,6 +138,17 @@ byte child;             /* a job that waits for its children */
 #ifndef HOLDING
 #define HOLDING 1
 #endif
+/* STALE_BEATS: the heartbeater abandons a call that timed out, as Heartbeater.run_once
+ * does, instead of waiting for it; the abandoned beat may still land after later ones
+ * (README.md, "One beat in flight"). Not in the checks `make test` runs. */
+#ifndef STALE_BEATS
+#define STALE_BEATS 0
+#endif
+#if STALE_BEATS
+bool sb[NW];            /* an abandoned heartbeat is still on its way */
+bool nb[NW];            /* a later beat of the worker landed on its row since */
+byte stok[NW * NJ];     /* the tokens it carries */
+#endif
 
 /* The rescue of a running job whose worker is not known dead (RESCUE): its lease
  * expired by the database clock (EXPIRED: L ticks since it was set, or the clock
@@ -280,6 +291,9 @@ inline land(w, heard) {
     cnt = !wlock[w];
     if
     :: cnt ->
+#if STALE_BEATS
+        nb[w] = sb[w];
+#endif
         bchg[w] = ALLW; hold[w] = 0;
         for (j : 0 .. NJ - 1) {
             /* holding: the jobs the worker ran at the send (the tokens the beat carries) */
@@ -371,6 +385,14 @@ end:
         fi;
         /* Heartbeater: one write per interval. A call still unanswered has timed
          * out; it may yet reach the database, and the next round waits for it. */
+#if STALE_BEATS
+        if
+        :: hb[w] && !sb[w] ->               /* abandoned: the round goes on */
+            for (j : 0 .. NJ - 1) { stok[IDX(w, j)] = hbtok[IDX(w, j)]; hbtok[IDX(w, j)] = 0 };
+            sb[w] = 1; hb[w] = 0
+        :: else -> skip
+        fi;
+#endif
         if
         :: !hb[w] ->
             for (j : 0 .. NJ - 1) { hbtok[IDX(w, j)] = held[IDX(w, j)] };
@@ -459,7 +481,7 @@ active proctype Clock() {
         :: SCENARIOS & S_CLOCK -> scenario = S_CLOCK; stalls = 1; steps = 1
         :: SCENARIOS & S_NETWORK -> scenario = S_NETWORK; delays = 1; losses = 1
         :: SCENARIOS & S_REQUESTS -> scenario = S_REQUESTS; ops = 1; child = 1; losses = 1
-        :: SCENARIOS & S_LOCKS -> scenario = S_LOCKS; flocks = 1
+        :: SCENARIOS & S_LOCKS -> scenario = S_LOCKS; flocks = 1; delays = STALE_BEATS
         fi
     }
     /* No end label: the clock never stops, so a state where nothing can move is a
@@ -506,6 +528,40 @@ active proctype Clock() {
         for (j : 0 .. NJ - 1) { hbtok[IDX(w, j)] = 0 }; j = 0 }
 
 
+
+#if STALE_BEATS
+/* An abandoned beat lands (nobody hears its answer), or is lost. */
+#define ABANDONED(w) \
+    :: atomic { sb[w] -> \
+        /* STALE_BEATS == 2: a beat older than one already counted leaves the \
+         * worker's row alone (a sequence number on the row would do it) */ \
+        cnt = !wlock[w] && !(STALE_BEATS == 2 && nb[w]); \
+        if \
+        :: cnt -> \
+            bchg[w] = ALLW; hold[w] = 0; \
+            for (j : 0 .. NJ - 1) { \
+                if :: stok[IDX(w, j)] != 0 -> hold[w] = hold[w] | (1 << j) :: else -> skip fi; \
+                if :: st[j] == RUNNING && own[j] == w && older[j] < 2 && stok[IDX(w, j)] == 0 -> \
+                      older[j]++ \
+                   :: st[j] == RUNNING && own[j] == w && stok[IDX(w, j)] != 0 -> older[j] = 1 \
+                   :: else -> skip fi \
+            } \
+        :: else -> skip \
+        fi; \
+        for (j : 0 .. NJ - 1) { \
+            if \
+            :: stok[IDX(w, j)] != 0 && !flock[j] && FENCED(j, stok[IDX(w, j)]) -> \
+                jumped[j] = 0; lage[j] = 0; older[j] = 0 \
+            :: else -> skip \
+            fi; \
+            stok[IDX(w, j)] = 0 \
+        }; \
+        sb[w] = 0; nb[w] = 0; cnt = 0; j = 0 } \
+    :: atomic { sb[w] && losses > 0 -> losses--; sb[w] = 0; nb[w] = 0; \
+        for (j : 0 .. NJ - 1) { stok[IDX(w, j)] = 0 }; j = 0 }
+#else
+#define ABANDONED(w)
+#endif
 
 /* Faults: SIGKILL, SIGSTOP and SIGCONT, a database clock step, a foreign lock. */
 #define FAULTS(w) \
@@ -592,6 +648,11 @@ end:
     NET(1)
 #if NW > 2
     NET(2)
+#endif
+    ABANDONED(0)
+    ABANDONED(1)
+#if NW > 2
+    ABANDONED(2)
 #endif
     :: atomic { losses > 0 && notif[0] -> losses--; notif[0] = 0 }
     :: atomic { losses > 0 && notif[1] -> losses--; notif[1] = 0 }
