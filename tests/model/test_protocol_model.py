@@ -202,6 +202,7 @@ def test_liveness_holds_under_weak_fairness(
     assert check.errors == 0, _failure(check, f"{claim} broke")
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason="an abandoned heartbeat that lands after later ones records a stale holding: "
