@@ -25,7 +25,7 @@ from tether.states import transition_pairs
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 MODEL = MODEL_DIR / "protocol.pml"
-# Deep enough for the longest path of any scenario (about 2,600 steps).
+# Deep enough for the longest path of any scenario (about 2,700 steps).
 DEPTH = "-m20000"
 # The model's scenario bits (protocol.pml, SCENARIOS).
 SCENARIO = {"S_CRASH": 1, "S_CLOCK": 2, "S_NETWORK": 4, "S_REQUESTS": 8, "S_LOCKS": 16}
@@ -89,7 +89,7 @@ def run_check(
         capture_output=True,
         text=True,
     )
-    cflags = [optimize, "-w", "-DMEMLIM=1024", "-DNOBOUNDCHECK"]
+    cflags = [optimize, "-w", "-DMEMLIM=2048", "-DNOBOUNDCHECK"]
     cflags += ["-DNFAIR=3"] if claim else ["-DSAFETY", "-DNOCLAIM"]
     subprocess.run(
         ["gcc", *cflags, "-o", "pan", "pan.c"], cwd=workdir, check=True, capture_output=True
@@ -167,7 +167,7 @@ def test_every_state_change_in_the_model_goes_through_the_checked_guard() -> Non
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
-    check = run_check(tmp_path, defines=[scenarios(*SCENARIO)])
+    check = run_check(tmp_path, defines=[scenarios(*SCENARIO)], optimize="-O2")
     print(f"safety, every scenario: {check.summary()}")
     assert check.errors == 0, _failure(check, "a safety property broke")
 
@@ -177,8 +177,9 @@ def test_safety_holds_in_every_scenario(tmp_path: Path) -> None:
 @pytest.mark.parametrize("size", ["-DNW=3", "-DNJ=3"])
 def test_safety_holds_with_three_workers_or_three_jobs(tmp_path: Path, size: str) -> None:
     # The crash scenario (a SIGKILL or shutdown, and a stall): a third worker or job
-    # multiplies the states by 13 to 20, so the other scenarios stay at 2 x 2.
-    check = run_check(tmp_path, defines=[size, scenarios("S_CRASH")])
+    # multiplies the states by 10 to 34 (every worker watches every worker), so the
+    # other scenarios stay at 2 x 2.
+    check = run_check(tmp_path, defines=[size, scenarios("S_CRASH")], optimize="-O2")
     print(f"safety, {size}, crash: {check.summary()}")
     assert check.errors == 0, _failure(check, "a safety property broke")
 
@@ -201,13 +202,33 @@ def test_liveness_holds_under_weak_fairness(
     assert check.errors == 0, _failure(check, f"{claim} broke")
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="an abandoned heartbeat that lands after later ones records a stale holding: "
+    "a held job its worker still runs looks dropped and is rescued (README.md, "
+    "'One beat in flight')",
+)
+@pytest.mark.timeout(600)
+def test_safety_holds_when_an_abandoned_heartbeat_lands_late(tmp_path: Path) -> None:
+    # The heartbeater stops waiting for a call at its timeout and never waits for it
+    # again; the model's default rounds wait. STALE_BEATS=1 lets the call land after
+    # later beats (S_LOCKS gets one delay). STALE_BEATS=2, a beat older than one already
+    # counted leaving the worker's row alone, holds (14.8 million states, about a
+    # minute: not run here).
+    check = run_check(tmp_path, defines=["-DSTALE_BEATS=1", scenarios("S_LOCKS")])
+    print(f"safety, abandoned beats, locks: {check.summary()}")
+    assert check.errors == 0, _failure(check, "a safety property broke")
+
+
 # -- a broken model fails, with a trail ----------------------------------------------
 
 MUTANTS = {
-    # The rescue trusts the database clock alone: a clock step rescues a live worker.
-    "rescue_without_the_monotonic_watch": (
-        "#define STALE(w, j) (DBEXPIRED(w, j) && WATCHED(w, j))",
-        "#define STALE(w, j) (DBEXPIRED(w, j))",
+    # The rescue trusts the database clock alone (an expired lease): a clock step
+    # rescues a live worker's job.
+    "rescue_without_the_beat_watch": (
+        "#define STALE(r, j) (EXPIRED(j) && (QUIET(r, own[j]) || DROPPED(own[j], j)))",
+        "#define STALE(r, j) (EXPIRED(j))",
         "S_CLOCK",
         None,
     ),
@@ -219,11 +240,20 @@ MUTANTS = {
         "S_CRASH",
         None,
     ),
-    # The heartbeat's answer renews the fence point of a row it skipped (locked by a
-    # foreign transaction): the lease runs out while the worker still trusts it.
+    # The heartbeat's answer renews the fence point of a job row it skipped (held by a
+    # foreign transaction) although the beat was not counted: the lease runs out and the
+    # worker goes quiet while the worker still trusts the job.
     "a_skipped_row_renews_the_fence_point": (
         "#define SKIPPED_RENEWS 0",
         "#define SKIPPED_RENEWS 1",
+        "S_LOCKS",
+        None,
+    ),
+    # A beat that did not reach the worker's row (held) renews every fence point as if
+    # it had been counted: the same break, for every job the beat did not extend.
+    "an_uncounted_beat_renews_the_fence": (
+        "#define UNCOUNTED_FENCES 0",
+        "#define UNCOUNTED_FENCES 1",
         "S_LOCKS",
         None,
     ),
@@ -243,13 +273,12 @@ MUTANTS = {
         "S_REQUESTS",
         "every_cancellation_settles",
     ),
-    # The rescuer watches the worker's heartbeat counter instead of each lease: a job
-    # its worker fenced (or a row it could not extend) is never rescued while the
-    # worker beats on.
-    "the_rescuer_watches_the_workers_counter": (
-        "#define WORKER_BEATS 0",
-        "#define WORKER_BEATS 1",
-        "S_LOCKS",
+    # The rescue ignores holding: a job its worker fenced (its beats delayed past the
+    # fence point) stays running for good while the worker beats on.
+    "the_rescue_ignores_holding": (
+        "#define HOLDING 1",
+        "#define HOLDING 0",
+        "S_NETWORK",
         "every_job_ends",
     ),
 }

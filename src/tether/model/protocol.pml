@@ -36,9 +36,11 @@
 #define MAXATT   2      /* max_attempts */
 
 #define NONE     255
-#define NOBS     255    /* the rescuer is not watching this job */
+#define NOBS     255    /* the rescuer is not watching this worker */
 #define IDX(w, j) ((w) * NJ + (j))
+#define WIDX(r, o) ((r) * NW + (o))
 #define ALLW     ((1 << NW) - 1)
+#define ALLJ     ((1 << NJ) - 1)
 
 /* cancellation records */
 #define NOREC    0
@@ -54,8 +56,16 @@ byte att[NJ];           /* attempt */
 bool creq[NJ];          /* cancel_requested_at is set */
 bool preq[NJ];          /* pause_requested_at is set */
 byte crec[NJ];          /* the cancellation record of a running job's cancel */
-byte extd[NJ];          /* bit r: the lease changed since rescuer r last looked */
+byte lage[NJ];          /* ticks, by the database clock, since lease_expires_at was set
+                           (claim, or a heartbeat that extended it), up to L */
+byte older[NJ];         /* counted beats of its worker that landed after the job's
+                           heartbeat_at (claim or extension), up to 2: at 2, the job's
+                           heartbeat_at is older than the worker's beat_before */
 bool flock[NJ];         /* a foreign transaction holds the row */
+/* tether_workers */
+bool wlock[NW];         /* a foreign transaction holds the worker's row */
+byte bchg[NW];          /* bit r: beats moved since rescuer r last read it */
+byte hold[NW] = ALLJ;   /* holding of the last counted beat, bit j (ALLJ: NULL, no beat yet) */
 byte lholder = NONE;    /* tether_leaders: holder */
 byte lttl;              /* tether_leaders: ticks left, by the database clock */
 
@@ -70,8 +80,8 @@ bool hb[NW];            /* a heartbeat is on its way to the database */
 byte hbage[NW];         /* ticks since that heartbeat was sent */
 byte hbtok[NW * NJ];    /* the tokens it carries */
 bool done[NW];          /* the worker's round ran this tick */
-byte obs[NW * NJ] = NOBS; /* the rescuer's watch on each job: ticks, by its own monotonic
-                           clock, since it last saw the job's lease change (NOBS: none) */
+byte wobs[NW * NW] = NOBS; /* BeatWatch of worker r on worker o (WIDX(r, o)): ticks, by r's
+                           monotonic clock, since r first saw o's current beats (NOBS: none) */
 bool notif[NJ];         /* a NOTIFY about a request, on its way to the job's worker */
 
 /* ---------------------------------------------------------------- ghosts and faults */
@@ -93,7 +103,8 @@ byte stalls;            /* SIGSTOPs (each followed, some day, by SIGCONT) */
 byte steps;             /* forward steps of the database clock */
 byte delays;            /* heartbeats that reach the database only at some later moment */
 byte losses;            /* lost messages: heartbeats, their answers, NOTIFYs, leader answers */
-byte flocks;            /* foreign transactions holding a job row */
+byte flocks;            /* foreign transactions holding rows (job rows, worker rows) */
+bool foreign;           /* that transaction is open */
 byte ops;               /* a person's cancel / pause / retry */
 byte child;             /* a job that waits for its children */
 
@@ -106,7 +117,7 @@ byte child;             /* a job that waits for its children */
 /* A job leaves running: its lease and its requests go with it. */
 #define LEAVE(j, to) \
     MOVE(j, to); own[j] = NONE; jumped[j] = 0; creq[j] = 0; preq[j] = 0; \
-    notif[j] = 0; extd[j] = 0
+    notif[j] = 0; lage[j] = 0; older[j] = 0
 
 /* Fencing: every worker write matches id, lease_token and state = 'running'. */
 #define FENCED(j, t) (tok[j] == (t) && st[j] == RUNNING)
@@ -114,24 +125,42 @@ byte child;             /* a job that waits for its children */
 /* An accepted worker write comes from the job's latest attempt: no stale token. */
 #define ACCEPTED(j, t) assert((t) == tok[j])
 
-/* Design switches, off in the protocol checked (README.md, "The protocol checked"):
- * SKIPPED_RENEWS: a heartbeat's answer also renews the fence point of a row it skipped;
- * WORKER_BEATS: the rescuer watches the worker's heartbeat counter, not each lease. */
+/* Design switches (README.md, "Mutants"); the protocol checked has them as below.
+ * SKIPPED_RENEWS: a heartbeat's answer renews the fence point of a row it skipped;
+ * UNCOUNTED_FENCES: a beat that did not reach the worker's row renews every fence point;
+ * HOLDING: the rescue takes a job its live worker dropped (holding, beat_before). */
 #ifndef SKIPPED_RENEWS
 #define SKIPPED_RENEWS 0
 #endif
-#ifndef WORKER_BEATS
-#define WORKER_BEATS 0
+#ifndef UNCOUNTED_FENCES
+#define UNCOUNTED_FENCES 0
+#endif
+#ifndef HOLDING
+#define HOLDING 1
+#endif
+/* STALE_BEATS: the heartbeater abandons a call that timed out, as Heartbeater.run_once
+ * does, instead of waiting for it; the abandoned beat may still land after later ones
+ * (README.md, "One beat in flight"). Not in the checks `make test` runs. */
+#ifndef STALE_BEATS
+#define STALE_BEATS 0
+#endif
+#if STALE_BEATS
+bool sb[NW];            /* an abandoned heartbeat is still on its way */
+bool nb[NW];            /* a later beat of the worker landed on its row since */
+byte stok[NW * NJ];     /* the tokens it carries */
 #endif
 
-/* The rescue of a running job whose worker is not known dead: its lease expired
- * by the database clock AND this rescuer has watched the lease not change for L
- * ticks of its own monotonic clock. The database clock runs at the same rate as the
- * monotonic ones, so L ticks unchanged are L ticks of database time too, unless the
- * clock stepped forward (jumped): then the lease looks expired at once. */
-#define WATCHED(w, j)   (obs[IDX(w, j)] != NOBS && obs[IDX(w, j)] >= L)
-#define DBEXPIRED(w, j) (jumped[j] || WATCHED(w, j))
-#define STALE(w, j) (DBEXPIRED(w, j) && WATCHED(w, j))
+/* The rescue of a running job whose worker is not known dead (RESCUE): its lease
+ * expired by the database clock (EXPIRED: L ticks since it was set, or the clock
+ * stepped past it), AND either its worker is quiet (QUIET: rescuer r's BeatWatch saw
+ * the worker's beats stand still for L ticks of r's monotonic clock; the statement
+ * re-checks the count under FOR SHARE of the worker's row, which the model's atomic
+ * pass gives), or its worker dropped it (DROPPED: the worker's last counted beat did
+ * not list it in holding, and the job's heartbeat_at is older than beat_before). */
+#define EXPIRED(j)      (jumped[j] || lage[j] >= L)
+#define QUIET(r, o)     (wobs[WIDX(r, o)] != NOBS && wobs[WIDX(r, o)] >= L)
+#define DROPPED(o, j)   (HOLDING && !(hold[o] & (1 << (j))) && older[j] >= 2)
+#define STALE(r, j) (EXPIRED(j) && (QUIET(r, own[j]) || DROPPED(own[j], j)))
 
 /* What an attempt's end writes, fenced. A pending cancel wins over anything that
  * would revive the job; a pending pause over a retry or a release. Success and a
@@ -180,28 +209,30 @@ inline claim(w, j) {
     if
     :: (st[j] == QUEUED || st[j] == RETRYING) && !flock[j] && held[IDX(w, j)] == 0 ->
         MOVE(j, RUNNING);
-        tok[j] = tok[j] + 1; own[j] = w; jumped[j] = 0;
+        tok[j] = tok[j] + 1; own[j] = w; jumped[j] = 0; lage[j] = 0; older[j] = 0;
         if :: att[j] < MAXATT -> att[j] = att[j] + 1 :: else -> skip fi;
-        extd[j] = ALLW;
         held[IDX(w, j)] = tok[j]; age[IDX(w, j)] = 0; intr[IDX(w, j)] = 0
     :: else -> skip
     fi
 }
 
-/* The rescuer's pass over one job (maintenance/rescuer.py, store RESCUE). */
-inline rescue_pass(w, j) {
+/* BeatWatch.observe (every live worker, leader or not, each round): a worker whose
+ * beats moved is first seen now; a worker not listed (dead, stopped) is forgotten. */
+inline observe(r, o) {
     if
-    :: st[j] == RUNNING ->
-        if
-        :: extd[j] & (1 << w) -> extd[j] = extd[j] & ~(1 << w); obs[IDX(w, j)] = 0
-        :: !(extd[j] & (1 << w)) && obs[IDX(w, j)] == NOBS -> obs[IDX(w, j)] = 0
-        :: else -> skip
-        fi;
-        if
-        :: !flock[j] && (!alive[own[j]] || STALE(w, j)) -> rescue(j); obs[IDX(w, j)] = NOBS
-        :: else -> skip                    /* SKIP LOCKED, or not due */
-        fi
-    :: else -> obs[IDX(w, j)] = NOBS
+    :: alive[o] && (bchg[o] & (1 << r)) -> bchg[o] = bchg[o] & ~(1 << r); wobs[WIDX(r, o)] = 0
+    :: alive[o] && !(bchg[o] & (1 << r)) && wobs[WIDX(r, o)] == NOBS -> wobs[WIDX(r, o)] = 0
+    :: alive[o] && !(bchg[o] & (1 << r)) && wobs[WIDX(r, o)] != NOBS -> skip
+    :: !alive[o] -> wobs[WIDX(r, o)] = NOBS
+    fi
+}
+
+/* The rescuer's pass over one job (maintenance/rescuer.py, store RESCUE), after
+ * observe: job rows FOR NO KEY UPDATE SKIP LOCKED. */
+inline rescue_pass(r, j) {
+    if
+    :: st[j] == RUNNING && !flock[j] && (!alive[own[j]] || STALE(r, j)) -> rescue(j)
+    :: else -> skip                        /* SKIP LOCKED, or not due */
     fi
 }
 
@@ -217,30 +248,32 @@ inline rescue_pass(w, j) {
 
 #define ACTIVE(w) (alive[w] && !stalled[w])
 
-/* The heartbeat reaches the database: one write for all the worker's leases, each
- * matched by its token (zero rows: the lease is lost); a row a foreign transaction
- * holds is skipped, neither extended nor lost. If `heard`, the answer reaches the
- * worker: it renews the fence point of the leases extended (measured from the SEND),
- * stops the attempts whose leases are lost, and hears the pending requests. */
+/* One job of a heartbeat that reaches the database: matched by its token (zero rows:
+ * the lease is lost). A row a foreign transaction holds is skipped (SKIP LOCKED): not
+ * extended, and reported held (still ours) if its token and state still match, else
+ * lost. If `heard`, the answer reaches the worker: an extended job's fence point moves
+ * to the SEND, a lost one stops, and the pending requests are heard. */
 inline beat(w, j, heard) {
     if
     :: hbtok[IDX(w, j)] == 0 -> skip
-    :: hbtok[IDX(w, j)] != 0 && flock[j] ->
+    :: hbtok[IDX(w, j)] != 0 && flock[j] && FENCED(j, hbtok[IDX(w, j)]) ->
         if
-        :: heard && SKIPPED_RENEWS && held[IDX(w, j)] == hbtok[IDX(w, j)] &&
-           hbage[w] < age[IDX(w, j)] -> age[IDX(w, j)] = hbage[w]
+        :: heard && held[IDX(w, j)] == hbtok[IDX(w, j)] ->
+            if :: SKIPPED_RENEWS && hbage[w] < age[IDX(w, j)] -> age[IDX(w, j)] = hbage[w]
+               :: else -> skip fi;
+            if :: intr[IDX(w, j)] == 0 -> HEAR(w, j) :: else -> skip fi
         :: else -> skip
         fi
     :: hbtok[IDX(w, j)] != 0 && !flock[j] && FENCED(j, hbtok[IDX(w, j)]) ->
         ACCEPTED(j, hbtok[IDX(w, j)]);
-        jumped[j] = 0; extd[j] = ALLW;
+        jumped[j] = 0; lage[j] = 0; older[j] = 0;
         if
         :: heard && held[IDX(w, j)] == hbtok[IDX(w, j)] ->
             if :: hbage[w] < age[IDX(w, j)] -> age[IDX(w, j)] = hbage[w] :: else -> skip fi;
             if :: intr[IDX(w, j)] == 0 -> HEAR(w, j) :: else -> skip fi
         :: else -> skip
         fi
-    :: hbtok[IDX(w, j)] != 0 && !flock[j] && !FENCED(j, hbtok[IDX(w, j)]) ->
+    :: hbtok[IDX(w, j)] != 0 && !FENCED(j, hbtok[IDX(w, j)]) ->
         if
         :: heard && held[IDX(w, j)] == hbtok[IDX(w, j)] -> STOP(w, j)  /* lease lost */
         :: else -> skip
@@ -249,14 +282,41 @@ inline beat(w, j, heard) {
     hbtok[IDX(w, j)] = 0
 }
 
-/* The worker's heartbeat counter (tether_workers.beats) advanced: a rescuer that
- * watches the WORKER's counter, not each lease, restarts its watch of all the jobs
- * that worker holds. Off in the protocol checked; see README.md. */
-inline counted(w, j) {
+/* The whole heartbeat statement (HEARTBEAT), then its answer. The worker's row first
+ * (FOR NO KEY UPDATE SKIP LOCKED): if free, the beat is counted: beats + 1, holding,
+ * beat_before = the previous heartbeat_at (every running job of the worker that this
+ * statement does not extend is now one counted beat older). Then the job rows. A
+ * counted beat, heard, moves every fence point of the worker to the send (last_ok). */
+inline land(w, heard) {
+    cnt = !wlock[w];
     if
-    :: WORKER_BEATS && st[j] == RUNNING && own[j] == w -> extd[j] = ALLW
+    :: cnt ->
+#if STALE_BEATS
+        nb[w] = sb[w];
+#endif
+        bchg[w] = ALLW; hold[w] = 0;
+        for (j : 0 .. NJ - 1) {
+            /* holding: the jobs the worker ran at the send (the tokens the beat carries) */
+            if :: hbtok[IDX(w, j)] != 0 -> hold[w] = hold[w] | (1 << j) :: else -> skip fi;
+            /* While holding lists the job, 1 and 2 are one state: the next counted beat
+             * that leaves it out makes either 2. */
+            if :: st[j] == RUNNING && own[j] == w && older[j] < 2 && hbtok[IDX(w, j)] == 0 ->
+                  older[j]++
+               :: st[j] == RUNNING && own[j] == w && hbtok[IDX(w, j)] != 0 -> older[j] = 1
+               :: else -> skip fi
+        }
     :: else -> skip
-    fi
+    fi;
+    for (j : 0 .. NJ - 1) { beat(w, j, heard) };
+    if
+    :: heard && (cnt || UNCOUNTED_FENCES) ->
+        for (j : 0 .. NJ - 1) {
+            if :: held[IDX(w, j)] != 0 && hbage[w] < age[IDX(w, j)] -> age[IDX(w, j)] = hbage[w]
+               :: else -> skip fi
+        }
+    :: else -> skip
+    fi;
+    j = 0; cnt = 0
 }
 
 /* Invariants (safety). An attempt is effective while it executes and its writes would
@@ -282,14 +342,22 @@ inline counted(w, j) {
 #define SAFE (INV(0) && INV(1) && INV(2))
 #endif
 
+/* A worker that exits: its watches go (its own, and everyone's on it: a dead or
+ * stopped worker is no longer listed), and its counter's news with them. */
+#define FORGET(w) \
+    for (j : 0 .. NW - 1) { wobs[WIDX(w, j)] = NOBS; wobs[WIDX(j, w)] = NOBS }; \
+    for (j : 0 .. NJ - 1) { \
+        if :: own[j] == w -> lage[j] = 0; older[j] = 0; jumped[j] = 0 :: else -> skip fi }; \
+    bchg[w] = 0; hold[w] = ALLJ; j = 0
+
 /* ---------------------------------------------------------------- processes */
 
 /* One worker process: its heartbeater and claimer, its maintenance services (leader
  * election, rescuer, follow-up), its listener, its self-fencing, and shutdown. */
 active [NW] proctype Worker() {
     byte w = _pid;      /* the workers are the first processes: pids 0 .. NW - 1 */
-    byte j;
-    bool lead;
+    byte j, o;
+    bool lead, cnt;
     scenario != 0;      /* the world is set up */
 end:
     do
@@ -305,7 +373,10 @@ end:
             fi
         :: else -> skip
         fi;
-        /* The leader's duties: rescue, then settle the cancellation records. */
+        /* Every worker reads the beat counters (Rescuer.observe, or off_duty when not
+         * leading); the leader's duties: rescue, then settle the cancellation records. */
+        for (o : 0 .. NW - 1) { observe(w, o) };
+        o = 0;
         if
         :: lead ->
             for (j : 0 .. NJ - 1) { rescue_pass(w, j) };
@@ -314,12 +385,20 @@ end:
         fi;
         /* Heartbeater: one write per interval. A call still unanswered has timed
          * out; it may yet reach the database, and the next round waits for it. */
+#if STALE_BEATS
+        if
+        :: hb[w] && !sb[w] ->               /* abandoned: the round goes on */
+            for (j : 0 .. NJ - 1) { stok[IDX(w, j)] = hbtok[IDX(w, j)]; hbtok[IDX(w, j)] = 0 };
+            sb[w] = 1; hb[w] = 0
+        :: else -> skip
+        fi;
+#endif
         if
         :: !hb[w] ->
             for (j : 0 .. NJ - 1) { hbtok[IDX(w, j)] = held[IDX(w, j)] };
             hbage[w] = 0;
             if
-            :: for (j : 0 .. NJ - 1) { counted(w, j); beat(w, j, 1) }  /* answered in time */
+            :: land(w, 1)                  /* answered in time */
             :: delays > 0 -> delays--; hb[w] = 1   /* delayed: see Net */
             fi
         :: else -> skip
@@ -352,8 +431,9 @@ end:
             :: held[IDX(w, j)] != 0 && !flock[j] -> finish(w, j, held[IDX(w, j)], QUEUED)
             :: else -> skip                /* the write waits out the lock: the rescue has it */
             fi;
-            STOP(w, j); obs[IDX(w, j)] = NOBS
+            STOP(w, j)
         };
+        FORGET(w);
         j = 0;
         if :: lholder == w -> lholder = NONE; lttl = 0 :: else -> skip fi;
         done[w] = 0;
@@ -401,7 +481,7 @@ active proctype Clock() {
         :: SCENARIOS & S_CLOCK -> scenario = S_CLOCK; stalls = 1; steps = 1
         :: SCENARIOS & S_NETWORK -> scenario = S_NETWORK; delays = 1; losses = 1
         :: SCENARIOS & S_REQUESTS -> scenario = S_REQUESTS; ops = 1; child = 1; losses = 1
-        :: SCENARIOS & S_LOCKS -> scenario = S_LOCKS; flocks = 1
+        :: SCENARIOS & S_LOCKS -> scenario = S_LOCKS; flocks = 1; delays = STALE_BEATS
         fi
     }
     /* No end label: the clock never stops, so a state where nothing can move is a
@@ -418,7 +498,12 @@ active proctype Clock() {
                  * fires when it resumes, below in Worker, perhaps after its handler ran). */
                 if :: ACTIVE(w) && held[IDX(w, j)] != 0 && age[IDX(w, j)] >= FENCE -> STOP(w, j)
                    :: else -> skip fi;
-                if :: obs[IDX(w, j)] != NOBS && obs[IDX(w, j)] < L -> obs[IDX(w, j)]++
+                /* (a dead worker's job is rescued whatever its lease says) */
+                if :: w == 0 && st[j] == RUNNING && alive[own[j]] && lage[j] < L -> lage[j]++
+                   :: else -> skip fi
+            };
+            for (j : 0 .. NW - 1) {
+                if :: wobs[WIDX(w, j)] != NOBS && wobs[WIDX(w, j)] < L -> wobs[WIDX(w, j)]++
                    :: else -> skip fi
             }
         };
@@ -434,28 +519,68 @@ active proctype Clock() {
 #define NET(w) \
     :: atomic { hb[w] -> \
         heard = ACTIVE(w); \
-        for (j : 0 .. NJ - 1) { counted(w, j); beat(w, j, heard) }; \
-        hb[w] = 0; heard = 0; j = 0 } \
+        land(w, heard); \
+        hb[w] = 0; heard = 0 } \
     :: atomic { hb[w] && ACTIVE(w) && losses > 0 -> losses--; \
-        for (j : 0 .. NJ - 1) { counted(w, j); beat(w, j, 0) }; \
-        hb[w] = 0; j = 0 } \
+        land(w, 0); \
+        hb[w] = 0 } \
     :: atomic { hb[w] && losses > 0 -> losses--; hb[w] = 0; \
         for (j : 0 .. NJ - 1) { hbtok[IDX(w, j)] = 0 }; j = 0 }
 
 
 
+#if STALE_BEATS
+/* An abandoned beat lands (nobody hears its answer), or is lost. */
+#define ABANDONED(w) \
+    :: atomic { sb[w] -> \
+        /* STALE_BEATS == 2: a beat older than one already counted leaves the \
+         * worker's row alone (a sequence number on the row would do it) */ \
+        cnt = !wlock[w] && !(STALE_BEATS == 2 && nb[w]); \
+        if \
+        :: cnt -> \
+            bchg[w] = ALLW; hold[w] = 0; \
+            for (j : 0 .. NJ - 1) { \
+                if :: stok[IDX(w, j)] != 0 -> hold[w] = hold[w] | (1 << j) :: else -> skip fi; \
+                if :: st[j] == RUNNING && own[j] == w && older[j] < 2 && stok[IDX(w, j)] == 0 -> \
+                      older[j]++ \
+                   :: st[j] == RUNNING && own[j] == w && stok[IDX(w, j)] != 0 -> older[j] = 1 \
+                   :: else -> skip fi \
+            } \
+        :: else -> skip \
+        fi; \
+        for (j : 0 .. NJ - 1) { \
+            if \
+            :: stok[IDX(w, j)] != 0 && !flock[j] && FENCED(j, stok[IDX(w, j)]) -> \
+                jumped[j] = 0; lage[j] = 0; older[j] = 0 \
+            :: else -> skip \
+            fi; \
+            stok[IDX(w, j)] = 0 \
+        }; \
+        sb[w] = 0; nb[w] = 0; cnt = 0; j = 0 } \
+    :: atomic { sb[w] && losses > 0 -> losses--; sb[w] = 0; nb[w] = 0; \
+        for (j : 0 .. NJ - 1) { stok[IDX(w, j)] = 0 }; j = 0 }
+#else
+#define ABANDONED(w)
+#endif
+
 /* Faults: SIGKILL, SIGSTOP and SIGCONT, a database clock step, a foreign lock. */
 #define FAULTS(w) \
     :: atomic { alive[w] && exits > 0 -> exits--; \
         alive[w] = 0; stalled[w] = 0; done[w] = 0; \
-        for (j : 0 .. NJ - 1) { STOP(w, j); obs[IDX(w, j)] = NOBS }; j = 0; \
-        skip } \
+        for (j : 0 .. NJ - 1) { STOP(w, j) }; j = 0; \
+        FORGET(w) } \
     :: atomic { alive[w] && !stalled[w] && stalls > 0 -> stalls--; stalled[w] = 1 } \
     :: atomic { stalled[w] -> stalled[w] = 0 }
 
-#define LOCKS(j) \
-    :: atomic { !flock[j] && flocks > 0 -> flocks--; flock[j] = 1 } \
-    :: atomic { flock[j] -> flock[j] = 0 }
+/* A foreign transaction takes row locks (FOR UPDATE), at once, and holds them until
+ * it ends: a job row, a worker's row, or one of each. */
+#define LOCK1(v, n) \
+    if \
+    :: v[0] = 1 \
+    :: n > 1 -> v[1] = 1 \
+    :: n > 2 -> v[n - 1] = 1 \
+    :: skip \
+    fi
 
 
 
@@ -494,7 +619,7 @@ active proctype Clock() {
  * one that stays enabled. */
 active proctype World() {
     byte j, t, out;
-    bool heard;
+    bool heard, cnt;
 end:
     do
     /* the handlers of worker 0 */
@@ -524,6 +649,11 @@ end:
 #if NW > 2
     NET(2)
 #endif
+    ABANDONED(0)
+    ABANDONED(1)
+#if NW > 2
+    ABANDONED(2)
+#endif
     :: atomic { losses > 0 && notif[0] -> losses--; notif[0] = 0 }
     :: atomic { losses > 0 && notif[1] -> losses--; notif[1] = 0 }
 #if NJ > 2
@@ -535,13 +665,15 @@ end:
 #if NW > 2
     FAULTS(2)
 #endif
-    LOCKS(0)
-    LOCKS(1)
-#if NJ > 2
-    LOCKS(2)
-#endif
+    :: atomic { flocks > 0 -> flocks--; foreign = 1;
+        LOCK1(flock, NJ); LOCK1(wlock, NW) }
+    :: atomic { foreign -> foreign = 0;
+        for (j : 0 .. NJ - 1) { flock[j] = 0 };
+        for (j : 0 .. NW - 1) { wlock[j] = 0 };
+        j = 0 }
     :: atomic { steps > 0 -> steps--;
-        for (j : 0 .. NJ - 1) { if :: st[j] == RUNNING -> jumped[j] = 1 :: else -> skip fi }; j = 0;
+        for (j : 0 .. NJ - 1) {
+            if :: st[j] == RUNNING && alive[own[j]] -> jumped[j] = 1 :: else -> skip fi }; j = 0;
         lttl = 0 }
     /* a person */
     PERSON(0)
