@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -96,3 +97,18 @@ async def test_heartbeat_does_not_return_requests_for_leases_it_lost(store: Stor
     await store.request_cancel(job.id, None, True, None)
     beat = await store.heartbeat("w1", [Beat(job.id, job.lease_token + 1)], 60)
     assert beat.alive == frozenset() and beat.requests == ()
+
+
+async def test_a_beat_that_lands_after_a_newer_one_counts_for_nothing(store: Store, db: Db) -> None:
+    # The worker gave up on beat 1 (no answer in time), then beat 2 landed with the job
+    # it claimed meanwhile. Beat 1 arriving late must not write its older list over it:
+    # that job would then look dropped by a live worker.
+    await store.register_worker("w1", None, "h", 1, None, ["q"], 1)
+    job = await running_job(store, "w1")
+    newer = await store.heartbeat("w1", [Beat(job.id, job.lease_token)], 60.0, [job.id], 2)
+    late = await store.heartbeat("w1", [], 60.0, [], 1)
+    assert newer.counted and not late.counted
+    [(beats, holding)] = db.execute("SELECT beats, holding FROM tether_workers")
+    listed = json.loads(holding) if isinstance(holding, str) else list(holding)
+    assert (beats, listed) == (1, [job.id])
+    assert (await store.heartbeat("w1", [], 60.0, [job.id], 3)).counted

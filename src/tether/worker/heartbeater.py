@@ -39,6 +39,8 @@ class Heartbeater(Service):
         self.fenced = False
         #: Whether the last beat found the worker's row held by another session.
         self.row_held = False
+        #: The number of the latest beat sent (see :meth:`run_once`).
+        self.seq = 0
 
     async def run_once(self) -> int:
         """Extend every lease; act on lost leases and control requests."""
@@ -64,8 +66,11 @@ class Heartbeater(Service):
         # later is younger than this beat's predecessor, which the rescue checks). While
         # a claim is out the list may lack its jobs: say nothing then.
         holding = list(w.running) if w.claimer.idle.is_set() else None
+        # Numbered: a call given up on below may still land after later ones, and must
+        # not then count, nor write its older ``holding`` over theirs.
+        self.seq += 1
         call = asyncio.ensure_future(
-            w.store.heartbeat(w.id, beats, w.config.lease_duration, holding)
+            w.store.heartbeat(w.id, beats, w.config.lease_duration, holding, self.seq)
         )
         call.add_done_callback(_retrieve)
         try:

@@ -69,6 +69,7 @@ class LeasesSql(SqlBase):
         beats: Sequence[Beat],
         lease_duration: float,
         holding: Sequence[int] | None = None,
+        seq: int | None = None,
     ) -> HeartbeatResult:
         q = self.sql.leases
         params = {
@@ -79,6 +80,7 @@ class LeasesSql(SqlBase):
             else sorted({b.job_id for b in beats} | set(holding)),
             "worker": worker_id,
             "lease": lease_duration,
+            "seq": seq,
         }
 
         async def body(tx: Tx) -> list[tuple[Any, ...]]:
@@ -86,7 +88,10 @@ class LeasesSql(SqlBase):
             rows = await tx.tuples(q.HEARTBEAT, params)
             if q.HEARTBEAT_WORKER is not None:  # PostgreSQL's HEARTBEAT does it too
                 found = await tx.run(q.HEARTBEAT_WORKER, params)
-                rows.append(("worker" if found else "worker gone", None, 0, 0, 0))
+                if not found:  # gone, or a newer beat already counted (an older one late)
+                    found = -1 if await tx.one(q.WORKER_EXISTS, params) else 0
+                kind = {1: "worker", -1: "worker held"}.get(found, "worker gone")
+                rows.append((kind, None, 0, 0, 0))
             return rows
 
         rows = await self._change(body)

@@ -34,6 +34,7 @@ class LeaseStore(Protocol):
         beats: Sequence[Beat],
         lease_duration: float,
         holding: Sequence[int] | None = None,
+        seq: int | None = None,
     ) -> HeartbeatResult:
         """One write: extend these leases, flush progress, count a beat on the worker
         row. Never waits on another client's row lock: a row held elsewhere is skipped
@@ -41,7 +42,10 @@ class LeaseStore(Protocol):
         still holds (these, and those being finished or stopped), recorded with the
         beat; a running job of the worker that is not in it and older than the beat
         before was dropped by it, and the rescue judges it by its lease. ``None``: not
-        known (a claim is out), and nothing is judged dropped.
+        known (a claim is out), and nothing is judged dropped. ``seq``: the worker's
+        own number for this beat, increasing; a beat that lands after one with a higher
+        number (a call the worker gave up on, delivered late) is not counted and leaves
+        the worker's row alone. ``None``: no order is checked.
 
         Returns the leases still held and their pending control requests.
         """

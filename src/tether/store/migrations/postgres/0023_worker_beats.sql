@@ -13,3 +13,7 @@ ALTER TABLE tether_workers ADD COLUMN lease DOUBLE PRECISION;
 -- lease decides.
 ALTER TABLE tether_workers ADD COLUMN holding BIGINT[];
 ALTER TABLE tether_workers ADD COLUMN beat_before TIMESTAMPTZ;
+-- The worker's own number of its latest counted beat: a beat call the worker gave up on
+-- may still land after later ones, and must not write its older `holding` over theirs
+-- (a job it holds would then look dropped). An older beat leaves the row alone.
+ALTER TABLE tether_workers ADD COLUMN beat_seq BIGINT NOT NULL DEFAULT 0;

@@ -8,3 +8,7 @@ ALTER TABLE tether_workers ADD COLUMN lease REAL;
 -- when the beat before it landed (see the PostgreSQL migration).
 ALTER TABLE tether_workers ADD COLUMN holding TEXT;
 ALTER TABLE tether_workers ADD COLUMN beat_before REAL;
+-- The worker's own number of its latest counted beat: a beat call the worker gave up on
+-- may still land after later ones, and must not write its older `holding` over theirs
+-- (a job it holds would then look dropped). An older beat leaves the row alone.
+ALTER TABLE tether_workers ADD COLUMN beat_seq INTEGER NOT NULL DEFAULT 0;

@@ -54,13 +54,18 @@ WITH v AS (
     SELECT * FROM jsonb_to_recordset(%(beats)s::jsonb)
         AS v(id bigint, token bigint, cur bigint, tot bigint, usage bigint)
 ), wl AS (
-    SELECT id FROM tether_workers WHERE id = %(worker)s FOR NO KEY UPDATE SKIP LOCKED
+    -- An older beat delivered late (a call the worker gave up on) leaves the row to
+    -- the newer one's: its `holding` is out of date (see 0023).
+    SELECT id FROM tether_workers WHERE id = %(worker)s
+        AND (%(seq)s::bigint IS NULL OR beat_seq < %(seq)s::bigint)
+    FOR NO KEY UPDATE SKIP LOCKED
 ), w AS (
     -- A worker presumed dead (its session was gone for a while) that still beats is
     -- alive: its old leases were revoked by the rescue, its new ones must not be. Every
     -- beat that lands adds one to the counter the rescuers watch.
     UPDATE tether_workers SET heartbeat_at = now(), beat_before = heartbeat_at,
         beats = beats + 1, lease = %(lease)s, holding = %(holding)s::bigint[],
+        beat_seq = COALESCE(%(seq)s::bigint, beat_seq),
         state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
     WHERE id IN (SELECT id FROM wl)
     RETURNING id
@@ -103,6 +108,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 'worker'
        NULL, false, false, false
 """
 HEARTBEAT_WORKER = None
+WORKER_EXISTS = None  # HEARTBEAT itself says worker, worker held or worker gone
 
 SAVE_CHECKPOINT = """
 UPDATE tether_jobs SET checkpoint = %(checkpoint)s::jsonb

@@ -107,9 +107,12 @@ HEARTBEAT_WORKER = (
     # Every beat adds one to the counter the rescuers watch.
     f"UPDATE tether_workers SET heartbeat_at = {NOW}, beat_before = heartbeat_at, "
     "beats = beats + 1, lease = :lease, "
-    "holding = :holding, "
-    "state = CASE WHEN state = 'dead' THEN 'active' ELSE state END WHERE id = :worker"
+    "holding = :holding, beat_seq = COALESCE(:seq, beat_seq), "
+    "state = CASE WHEN state = 'dead' THEN 'active' ELSE state END WHERE id = :worker "
+    # An older beat delivered late leaves the row to the newer one's (see 0023).
+    "AND (:seq IS NULL OR beat_seq < :seq)"
 )
+WORKER_EXISTS = "SELECT 1 FROM tether_workers WHERE id = :worker"
 
 SAVE_CHECKPOINT = (
     "UPDATE tether_jobs SET checkpoint = :checkpoint "
