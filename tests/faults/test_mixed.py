@@ -79,8 +79,12 @@ class Load:
         self.s.history.add("enqueued", task="chain", ids=[j.id for j in made.values()], sent=sent)
 
     def running(self) -> int | None:
+        # Not a child: a failing parent's cascade reaches everything downstream of it,
+        # the dependents of its children included (docs: workflows), and this job
+        # must succeed.
         rows = self.s.db.query(
-            "SELECT id FROM tether_jobs WHERE state = 'running' AND task = 'work' LIMIT 5"
+            "SELECT id FROM tether_jobs WHERE state = 'running' AND task = 'work' "
+            "AND parent_id IS NULL LIMIT 5"
         )
         return int(self.rng.choice(rows)[0]) if rows else None
 
