@@ -331,4 +331,5 @@ def _leader_line(leader: LeaderInfo | None) -> Text:
             "another worker takes it within seconds)",
             style="yellow",
         )
-    return Text(f"maintenance leader: {leader.holder} (rescues, follows up cancellations, prunes, fires schedules)")
+    duties = "rescues, follows up cancellations, prunes, fires schedules"
+    return Text(f"maintenance leader: {leader.holder} ({duties})")
