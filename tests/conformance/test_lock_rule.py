@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import pkgutil
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -96,6 +98,40 @@ def test_the_rule_flags_statements_that_wait() -> None:
     )
     assert (
         unbounded_waits("INSERT INTO tether_leaders VALUES (1) ON CONFLICT DO UPDATE SET a=1") != []
+    )
+
+
+# The named statements that wait on a row lock someone may hold, each with what bounds
+# the wait. Every other locking clause in the PostgreSQL SQL skips or refuses held rows.
+WAITING = {
+    # A key-share lock waits only on a full update lock (a person's delete, psql); an
+    # enqueue is its caller's own statement, under the caller's deadline.
+    "enqueue.DEPENDENCY_STATES": "the caller's deadline",
+    # Both must see the row's latest version; SqlBase._transact_bounded gives up with
+    # RowLocked after ROW_LOCK_WAIT (test_a_held_job_row_bounds_spawn_artifact_delete).
+    "enqueue.DELETING": "SqlBase._transact_bounded",
+    "leases.LEASE_HELD": "SqlBase._transact_bounded",
+}
+
+
+def _named_statements() -> Iterator[tuple[str, str]]:
+    import tether.store.sql.postgres as dialect
+
+    for info in pkgutil.iter_modules(dialect.__path__):
+        module = importlib.import_module(f"{dialect.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str):
+                yield f"{info.name}.{name}", value
+
+
+def test_every_named_statement_that_waits_on_a_row_lock_says_what_bounds_it() -> None:
+    waiting = {
+        name
+        for name, sql in _named_statements()
+        if any(why.startswith("waits:") for why in unbounded_waits(sql))
+    }
+    assert waiting == set(WAITING), (
+        f"new waits: {sorted(waiting - set(WAITING))}; gone: {sorted(set(WAITING) - waiting)}"
     )
 
 
@@ -257,3 +293,34 @@ async def test_every_duty_returns_promptly_while_all_its_rows_are_held(
             await holder.rollback()
             await holder.close()
         assert slow == {}
+
+
+async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
+    # The three writes that must wait on a job's row (WAITING) give up with RowLocked
+    # while another client holds it, and go through once it is free.
+    from tests.conformance.support import new_job, running_job
+    from tether.store import create_store
+    from tether.store.driver import ROW_LOCK_WAIT, lock_wait
+
+    store = create_store(pg_url)
+    await store.open()
+    try:
+        await store.migrate()
+        job = await running_job(store, "w1")
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM tether_jobs WHERE id = %s FOR UPDATE", (job.id,))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(RowLocked):  # the default bound
+                await asyncio.wait_for(store.delete(job.id, "op"), PROMPT + ROW_LOCK_WAIT)
+            assert loop.time() - started < PROMPT
+            with lock_wait(0.2):
+                with pytest.raises(RowLocked):
+                    await store.spawn(job.id, job.lease_token, new_job("child", "q"))
+                with pytest.raises(RowLocked):
+                    await store.save_artifact(job.id, job.lease_token, "a", b"x")
+            holder.rollback()
+        assert await store.spawn(job.id, job.lease_token, new_job("child", "q")) is not None
+        assert await store.save_artifact(job.id, job.lease_token, "a", b"x")
+    finally:
+        await store.close()

@@ -36,6 +36,13 @@ T = TypeVar("T")
 LOCK_WAIT: ContextVar[float | None] = ContextVar("tether_lock_wait", default=None)
 
 
+#: The bound for the writes that wait on one row a person or a worker names, where the
+#: caller set none: a worker's fenced INSERT (spawn, artifact) waits on its job's row, a
+#: person's delete on the job's. A rescue or a heartbeat holds such a row for
+#: milliseconds; anyone else holding it longer gets :class:`~tether.errors.RowLocked`.
+ROW_LOCK_WAIT = 2.0
+
+
 @contextlib.contextmanager
 def lock_wait(seconds: float | None) -> Iterator[None]:
     """Bound the row-lock waits of the store calls made inside (see :data:`LOCK_WAIT`)."""

@@ -12,7 +12,7 @@ from tether.errors import JobNotFoundError
 from tether.hints import Hints
 from tether.job import Job
 from tether.store.api_rows import ApiRowReader
-from tether.store.driver import Body, T, Tx
+from tether.store.driver import LOCK_WAIT, ROW_LOCK_WAIT, Body, T, Tx, lock_wait
 from tether.store.rows import RowReader
 
 
@@ -45,6 +45,15 @@ class SqlBase:
         """Run ``body`` in one write transaction: all of it commits, or none."""
         raise NotImplementedError
 
+    async def _transact_bounded(self, body: Body[T]) -> T:
+        """:meth:`_transact`, its row-lock waits bounded by the caller's
+        :data:`~tether.store.driver.LOCK_WAIT`, or else by
+        :data:`~tether.store.driver.ROW_LOCK_WAIT`: for the writes that must wait on a
+        row someone may hold (a job's, to fence a write or to delete it)."""
+        wait = LOCK_WAIT.get()
+        with lock_wait(ROW_LOCK_WAIT if wait is None else wait):
+            return await self._transact(body)
+
     async def _after_transitions(self, tx: Tx, changed: list[int]) -> None:
         """The workflow consequences of state changes of ``changed``, in ``tx``.
 
@@ -70,7 +79,9 @@ class SqlBase:
         no cancel was asked for), checked after a worker's INSERT-based write (spawn,
         artifact) in its transaction; ``False``: raise :class:`LeaseLost` to roll it back.
 
-        PostgreSQL's ``LEASE_HELD`` locks the job row until commit; SQLite needs no such
+        PostgreSQL's ``LEASE_HELD`` locks the job row until commit (its callers run under
+        :meth:`_transact_bounded`, so a row held elsewhere is waited for only so long);
+        SQLite needs no such
         fence (``LEASE_HELD`` is None): the write lock held since the INSERT lets nothing
         change.
         """

@@ -184,7 +184,7 @@ class EnqueueSql(SqlBase):
             return self._rows.job(row)
 
         try:
-            return await self._transact(body)
+            return await self._transact_bounded(body)
         except LeaseLost:
             return None  # rolled back: the lease was lost while the INSERT waited
 
@@ -205,7 +205,7 @@ class EnqueueSql(SqlBase):
                 await tx.run(statement, params)
             return self._rows.job(row), children
 
-        return await self._transact(body)
+        return await self._transact_bounded(body)
 
     @staticmethod
     def _job_row(

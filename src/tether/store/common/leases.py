@@ -167,7 +167,7 @@ class LeasesSql(SqlBase):
             return True
 
         try:
-            return await self._transact(body)
+            return await self._transact_bounded(body)
         except LeaseLost:
             return False  # rolled back: the lease was lost while the INSERT waited
 

@@ -38,12 +38,15 @@ WHERE idempotency_key = ANY(%(keys)s) AND id NOT IN (SELECT id FROM released)
 # earlier entries of the batch are known first.
 NEW_IDS = "SELECT nextval('tether_jobs_id_seq') FROM generate_series(1, %(n)s)"
 
-# FOR KEY SHARE: an upstream job cannot be deleted (nor pruned) before our commit; its
+# A key-share lock: an upstream job cannot be deleted (nor pruned) before our commit; its
 # heartbeat, its outcome and any other update go on. That it cannot end unseen is the
 # deferred trigger's work (tether_dependency_added, migration 0024): at commit it marks
 # the upstream has_dependents and, if it ended meanwhile, applies its workflow step to
 # the new dependents. A caller's transaction (connection=) may stay open for long, so
-# nothing here may hold a lock that a worker's update of the upstream waits for.
+# nothing here may hold a lock that a worker's update of the upstream waits for. It
+# waits only on a full update lock (a person's bounded delete, an operator in psql): an
+# enqueue is its caller's own statement, bounded by the caller's deadline, never a
+# background one.
 DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR KEY SHARE"
 
 # Every enqueue, one statement for the whole batch. Jobs whose ids were drawn already
@@ -122,7 +125,9 @@ RETURNING {JOB_COLUMNS}
 
 MARK_PARENT = "UPDATE tether_jobs SET has_children = true WHERE id = %(id)s AND NOT has_children"
 
-# The job to delete, locked until the transaction ends.
+# The job to delete, locked until the transaction ends. A person's delete must wait for
+# the row (it must see the job's last state), so it is bounded: delete runs under
+# SqlBase._transact_bounded (lock_timeout, then RowLocked: "try again").
 DELETING = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %(id)s FOR UPDATE"
 
 CANCEL_CHILDREN = f"""

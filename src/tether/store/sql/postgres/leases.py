@@ -43,8 +43,8 @@ def beats(part: Sequence[Beat]) -> str:
 # by someone else is skipped: the lease of a skipped job is not extended this round,
 # and the job is reported "held" (still ours) or lost, from a plain read of the row,
 # which waits for nobody. A held job is safe: it is rescued only if its worker's beat
-# counter also stands still (see RESCUE). FOR NO KEY UPDATE, the lock the UPDATE itself
-# takes, so that a FOR KEY SHARE holder (a foreign-key check) does not even cause a skip.
+# counter also stands still (see RESCUE). It takes the no-key-update lock, the one the
+# UPDATE itself takes, so that a key-share holder (a foreign-key check) causes no skip.
 #
 # Rows come back as (kind, id, cancel, force, pause): kind 'kept' (lease extended),
 # 'held' (skipped, still ours), and one row of kind 'worker', 'worker held' or
@@ -71,9 +71,9 @@ WITH v AS (
     RETURNING id
 ), locked AS (
     -- In id order, as the rescuer takes them. (A worker's completions and its heartbeat
-    -- never share rows: it does not beat for the jobs whose outcome it is writing.) NO
-    -- KEY UPDATE, the UPDATE's own mode: an enqueue's FOR KEY SHARE on an upstream job
-    -- does not hold the beat.
+    -- never share rows: it does not beat for the jobs whose outcome it is writing.) The
+    -- no-key-update lock, the UPDATE's own mode: an enqueue's key-share lock on an
+    -- upstream job does not hold the beat.
     SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
     ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
 ), u AS (
@@ -145,10 +145,10 @@ def outcomes(part: Sequence[Outcome]) -> str:
 
 _EFF = effective_state("v.state", "COALESCE(v.usage, j.usage)")
 # One fenced statement; the transition trigger sends the notifications. It waits on no
-# row lock of its own: a row someone else holds (FOR UPDATE, FOR SHARE) is skipped and
+# row lock of its own: a row someone else holds (an update or share lock) is skipped and
 # reported "held" (still ours, from a plain read), and the completer tries that outcome
-# again next round while its batch-mates are written now. FOR NO KEY UPDATE, the lock
-# the UPDATE itself takes: a FOR KEY SHARE holder (a foreign-key check) causes no skip.
+# again next round while its batch-mates are written now. It takes the no-key-update
+# lock, the UPDATE's own: a key-share holder (a foreign-key check) causes no skip.
 # (The worker's heartbeat leaves these rows alone meanwhile.)
 FINISH = f"""
 WITH v AS (
@@ -209,10 +209,13 @@ ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, data = excluded.d
 # The fence of an INSERT-based worker write (spawn, artifact), run after the INSERT in
 # its transaction. The INSERT's own lease test reads the snapshot of its start, and the
 # INSERT may then wait on a unique key held by another transaction; a rescue committed
-# meanwhile would go unseen. FOR SHARE reads the newest row version (waiting for a
+# meanwhile would go unseen. A share lock reads the newest row version (waiting for a
 # rescue in flight) and holds it until commit, so the write counts only if the lease
 # still holds when it commits. Locking after the INSERT, not before, keeps a write stuck
-# on a key from holding up the rescuer.
+# on a key from holding up the rescuer. It must wait (a rescue in flight holds the row
+# for milliseconds, and skipping would let a stale write count), so it is bounded:
+# spawn and save_artifact run under SqlBase._transact_bounded (lock_timeout, then
+# RowLocked).
 LEASE_HELD = """
 SELECT 1 FROM tether_jobs
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'

@@ -14,9 +14,9 @@ LIVE_WORKERS = (
 WORKER_BEATS = "SELECT id, beats, lease FROM tether_workers WHERE state IN ('active', 'draining')"
 # Only still live: a worker that stopped after LIVE_WORKERS was read stays stopped. Rows
 # held by someone else are skipped (the next round tries again): a worker marked dead a
-# round later loses nothing, and one held row must not stall the fleet's rescue. FOR
-# UPDATE, not the UPDATE's own NO KEY UPDATE: a claim in flight holds its worker's row
-# FOR KEY SHARE (tether_claim_paced), and a worker that is claiming is not dead.
+# round later loses nothing, and one held row must not stall the fleet's rescue. The
+# full update lock, not the UPDATE's own no-key one: a claim in flight holds its
+# worker's row in key-share mode (tether_claim_paced), and a claiming worker is alive.
 MARK_DEAD = """
 UPDATE tether_workers SET state = 'dead'
 WHERE id IN (SELECT id FROM tether_workers WHERE id = ANY(%(ids)s)
@@ -48,7 +48,7 @@ RESCUE = f"""
 -- A job of a live worker is rescued only once its lease expired AND its worker is
 -- "quiet": the caller (the rescuer) watched that worker's beat counter stand still for
 -- at least the lease, on its own monotonic clock, and passes (worker: count seen). The
--- worker's row is locked FOR SHARE (skipped if held: a beat in flight holds it) and
+-- worker's row is share-locked (skipped if held: a beat in flight holds it) and
 -- must still show that count, so a beat that landed since the caller looked saves its
 -- jobs, and one that comes after waits for nothing (it skips the row and is not
 -- counted). A step of the server's clock makes leases look expired, but cannot make a
