@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,10 @@ from tests.conftest import IN_CI
 from tests.faults import effects
 from tests.faults.checker import Verdict, check
 from tests.faults.faultapp import build_app
-from tests.faults.harness import Cluster, Db, History
+from tests.faults.harness import Cluster, Db, History, wait_for
 from tests.faults.hosts import HostNet, unavailable
 from tests.faults.profiles import PROFILES
-from tether import App, AppConfig
+from tether import App, AppConfig, StoreError
 
 HERE = Path(__file__).resolve().parent
 RESULTS: dict[str, dict[str, Any]] = {}
@@ -260,6 +261,24 @@ class Scenario:
         ids = [j.id for j in jobs]
         self.history.add("enqueued", task=task, ids=ids, sent=sent)
         return ids
+
+    async def registered(self, names: Iterable[str], timeout: float = 30) -> None:
+        """Wait until each of ``names`` is a registered worker (not "active": a worker
+        judged dead by mistake must not stop the run before the invariants see what
+        that costs)."""
+        await wait_for(lambda: all(self.cluster.registered(n, self.db) for n in names), timeout)
+
+    async def trickle(self, rng: random.Random, stop: asyncio.Event) -> None:
+        """A few work jobs every 0.1 s until ``stop``, through whatever fails meanwhile
+        (a failover, a pooler restart): a failed try is recorded and the next one made
+        (an unacknowledged one may still have committed, which the checker allows)."""
+        while not stop.is_set():
+            args = [{"ms": rng.randint(*self.params["ms"])} for _ in range(3)]
+            try:
+                await self.enqueue("work", args)
+            except StoreError as exc:
+                self.history.add("enqueue_failed", error=str(exc)[:200])
+            await asyncio.sleep(0.1)
 
     def supervise(self) -> None:
         if self.supervisor is None:

@@ -193,6 +193,14 @@ class Cluster:
             return path.read_text() or None
         return None
 
+    def registered(self, name: str, db: Db) -> bool:
+        """Whether ``name``'s current incarnation has a worker row (registered; not
+        necessarily "active")."""
+        wid = self.worker_id(name)
+        return wid is not None and bool(
+            db.query("SELECT 1 FROM tether_workers WHERE id = %s", (wid,))
+        )
+
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.popen.poll() is None]
 
@@ -247,11 +255,7 @@ class Cluster:
             with contextlib.suppress(AssertionError):
                 await wait_for(
                     lambda proc=proc: (
-                        proc.popen.poll() is not None
-                        or (
-                            (wid := self.worker_id(proc.name)) is not None
-                            and db.query("SELECT 1 FROM tether_workers WHERE id = %s", (wid,))
-                        )
+                        proc.popen.poll() is not None or self.registered(proc.name, db)
                     ),
                     15,
                     every=0.1,
@@ -289,6 +293,15 @@ class Cluster:
         pattern = f"worker-{name}-*.log" if name else "worker-*.log"
         for path in sorted(self.run_dir.glob(pattern)):
             yield from path.read_text(errors="replace").splitlines()
+
+
+def first_starts(run_dir: Path, since: float) -> dict[str, float]:
+    """Per worker process: its first job start after ``since`` (from the exec log)."""
+    out: dict[str, float] = {}
+    for e in read_exec_log(run_dir):
+        if e["ev"] == "start" and e["t"] > since and e["proc"] not in out:
+            out[e["proc"]] = float(e["t"])
+    return out
 
 
 def read_exec_log(run_dir: Path) -> list[dict[str, Any]]:

@@ -32,15 +32,15 @@ from tests.faults.faultapp import build_app
 from tests.faults.harness import (
     Db,
     active_count,
+    first_starts,
     percentiles,
-    read_exec_log,
     wait_all_done,
     wait_for,
 )
 from tests.faults.hosts import HostNet
 from tests.faults.replication import ReplicatedPair
 from tests.pgcluster import bindir
-from tether import AppConfig, StoreError
+from tether import AppConfig
 from tether.store import create_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -62,27 +62,6 @@ def pair() -> Iterator[ReplicatedPair]:
         made.destroy()
 
 
-async def produce(s: Scenario, rng: random.Random, stop: asyncio.Event) -> None:
-    """Enqueue a few jobs every 0.1 s, through the failover (failed tries are retried:
-    an unacknowledged one may still have committed, which the checker allows)."""
-    while not stop.is_set():
-        args = [{"ms": rng.randint(*s.params["ms"])} for _ in range(3)]
-        try:
-            await s.enqueue("work", args)
-        except StoreError as exc:
-            s.history.add("enqueue_failed", error=str(exc)[:200])
-        await asyncio.sleep(0.1)
-
-
-def starts_after(s: Scenario, since: float) -> dict[str, float]:
-    """Per worker process: its first job start after ``since``."""
-    out: dict[str, float] = {}
-    for e in read_exec_log(s.run_dir):
-        if e["ev"] == "start" and e["t"] > since and e["proc"] not in out:
-            out[e["proc"]] = float(e["t"])
-    return out
-
-
 async def failover(s: Scenario, pair: ReplicatedPair, names: list[str]) -> dict[str, Any]:
     """Crash the primary while every worker holds work; promote the standby after
     ``gap_s``; wait until every worker started a job again."""
@@ -99,7 +78,9 @@ async def failover(s: Scenario, pair: ReplicatedPair, names: list[str]) -> dict[
     t_promoted = time.time()
     s.history.add("standby_promoted", port=pair.primary.port, took=t_promoted - t_promote)
     back = await wait_for(
-        lambda: (got := starts_after(s, t_promote)) and procs <= set(got) and got, 60, every=0.1
+        lambda: (got := first_starts(s.run_dir, t_promote)) and procs <= set(got) and got,
+        60,
+        every=0.1,
     )
     await wait_for(lambda: any(op["sent"] > t_promote for op in s.history.of("enqueued")), 30)
     enq = [op["t"] for op in s.history.of("enqueued") if op["sent"] > t_promote]
@@ -132,7 +113,7 @@ async def test_failover_to_synchronous_standby(
     rng = random.Random(15)
     stop = asyncio.Event()
     await s.enqueue("work", [{"ms": rng.randint(*p["ms"])} for _ in range(12)])
-    producer = asyncio.create_task(produce(s, rng, stop))
+    producer = asyncio.create_task(s.trickle(rng, stop))
     rounds = []
     try:
         for r in range(p["failovers"]):

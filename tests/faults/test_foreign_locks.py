@@ -245,14 +245,7 @@ async def foreign_locks(s: Scenario, seed: int) -> None:
         await s.app.configure_key(f"k{k}", max_running=1)
     for name in WORKERS:
         s.cluster.start(name, schedules=[{"name": "tick", "cron": "* * * * * *"}])
-    await wait_for(
-        lambda: all(
-            (wid := s.cluster.worker_id(n)) is not None
-            and s.db.query("SELECT 1 FROM tether_workers WHERE id = %s", (wid,))
-            for n in WORKERS
-        ),
-        30,
-    )
+    await s.registered(WORKERS)
     s.supervise()
     started = time.time()
     holder = Holder(s, rng)

@@ -164,14 +164,7 @@ async def mixed(s: Scenario, seed: int) -> None:
     await s.app.rate_limit(task="paced", per_second=RATE, burst=BURST)
     for name, kind in WORKERS.items():
         s.cluster.start(name, schedules=[{"name": KINDS[kind], "cron": "* * * * * *"}])
-    await wait_for(
-        lambda: all(
-            (wid := s.cluster.worker_id(n)) is not None
-            and s.db.query("SELECT 1 FROM tether_workers WHERE id = %s", (wid,))
-            for n in WORKERS
-        ),
-        30,
-    )
+    await s.registered(WORKERS)
     s.supervise()
     started = time.time()
     load = Load(s, rng)

@@ -48,16 +48,7 @@ async def multihost(s: Scenario, seed: int) -> None:
     rng = random.Random(seed)
     for name, own_ns in WORKERS.items():
         s.cluster.start(name, own_pid_namespace=own_ns)
-    # Registered (not "active": a worker judged dead by mistake must not stop the run
-    # before the invariants see what that costs).
-    await wait_for(
-        lambda: all(
-            (wid := s.cluster.worker_id(name)) is not None
-            and s.db.query("SELECT 1 FROM tether_workers WHERE id = %s", (wid,))
-            for name in WORKERS
-        ),
-        30,
-    )
+    await s.registered(WORKERS)
     s.supervise()
     hosts = s.db.query("SELECT DISTINCT host FROM tether_workers")
     assert len(hosts) == 1, hosts  # one host name for all of them

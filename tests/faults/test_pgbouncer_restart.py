@@ -27,13 +27,13 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.conftest import IN_CI
-from tests.faults.conftest import MakeScenario, Scenario
+from tests.faults.conftest import MakeScenario
 from tests.faults.faultapp import build_app
-from tests.faults.harness import percentiles, read_exec_log, wait_all_done, wait_for
+from tests.faults.harness import first_starts, percentiles, wait_all_done, wait_for
 from tests.faults.hosts import HostNet
 from tests.pgbouncer import PgBouncer, binary
 from tests.pgcluster import PrivateCluster
-from tether import AppConfig, StoreError
+from tether import AppConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -60,26 +60,6 @@ def kill_bouncer(bouncer: PgBouncer) -> int:
     if bouncer._proc is not None:
         bouncer._proc.wait(10)
     return pid
-
-
-async def produce(s: Scenario, rng: random.Random, stop: asyncio.Event) -> None:
-    """A few jobs every 0.1 s through the pooler; a failed try is retried (it may still
-    have committed, which the checker allows)."""
-    while not stop.is_set():
-        args = [{"ms": rng.randint(*s.params["ms"])} for _ in range(3)]
-        try:
-            await s.enqueue("work", args)
-        except StoreError as exc:
-            s.history.add("enqueue_failed", error=str(exc)[:200])
-        await asyncio.sleep(0.1)
-
-
-def starts_after(s: Scenario, since: float) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for e in read_exec_log(s.run_dir):
-        if e["ev"] == "start" and e["t"] > since and e["proc"] not in out:
-            out[e["proc"]] = float(e["t"])
-    return out
 
 
 async def test_pgbouncer_killed_and_restarted(
@@ -109,7 +89,7 @@ async def test_pgbouncer_killed_and_restarted(
         )
         rng = random.Random(16)
         await s.enqueue("work", [{"ms": rng.randint(*p["ms"])} for _ in range(8)])
-        producer = asyncio.create_task(produce(s, rng, stop))
+        producer = asyncio.create_task(s.trickle(rng, stop))
         procs = {s.cluster.procs[n].key for n in names}
         for _ in range(p["restarts"]):
             await asyncio.sleep(p["every_s"])
@@ -124,7 +104,7 @@ async def test_pgbouncer_killed_and_restarted(
             await asyncio.to_thread(bouncer.start)
             s.history.add("pgbouncer_started", took=time.time() - t_start)
             back = await wait_for(
-                lambda t=t_start: (got := starts_after(s, t)) and procs <= set(got) and got,
+                lambda t=t_start: (got := first_starts(s.run_dir, t)) and procs <= set(got) and got,
                 60,
                 every=0.1,
             )

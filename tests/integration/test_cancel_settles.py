@@ -18,8 +18,9 @@ import pytest
 import tether
 from tests.helpers import eventually, fast_config
 from tether import App, JobState, RetryPolicy, StoreError, Worker
-from tether.cancellation import CancellationService
+from tether.cancellation import CancellationResult, CancellationService
 from tether.config import StoreRetry
+from tether.job import Job
 from tether.maintenance import CancellationFollowUp
 from tether.store import Store
 
@@ -138,17 +139,30 @@ class FailingStore:
         return flaky
 
 
-async def test_a_step_that_fails_once_is_retried_and_the_record_completes(app: App) -> None:
+async def waiting_job(app: App) -> Job:
+    """A queued job of a task that does nothing."""
+
     @app.task(name="work")
     async def work(ctx: tether.JobContext) -> None:
         return None
 
-    job = await work.enqueue()
-    flaky = FailingStore(await app.store(), "update_cancellation", StoreError("blip"))
-    service = CancellationService(flaky, 0.05)  # type: ignore[arg-type]
-    result = await service.cancel(
-        job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
+    return await work.enqueue()
+
+
+async def cancel_through(
+    store: FailingStore, job: Job, *, wait: float = 1, retry: StoreRetry | None = None
+) -> CancellationResult:
+    """``job`` cancelled by a cancellation service over ``store`` (a faulty one)."""
+    service = CancellationService(store, 0.05, retry=retry or StoreRetry())  # type: ignore[arg-type]
+    return await service.cancel(
+        job.id, reason="r", force=False, cascade=True, wait=wait, actor=None, request_id=None
     )
+
+
+async def test_a_step_that_fails_once_is_retried_and_the_record_completes(app: App) -> None:
+    job = await waiting_job(app)
+    flaky = FailingStore(await app.store(), "update_cancellation", StoreError("blip"))
+    result = await cancel_through(flaky, job)
     assert flaky.left == 0, "the fault was injected"
     assert (result.status, result.success, result.errors) == ("completed", True, [])
     assert result.tasks_cancelled == [job.id]
@@ -161,16 +175,9 @@ QUICK = StoreRetry(attempts=4, backoff=RetryPolicy(base_delay=0.01, factor=2.0, 
 async def test_a_cancel_whose_first_request_fails_once_is_retried_and_completes(
     app: App,
 ) -> None:
-    @app.task(name="work")
-    async def work(ctx: tether.JobContext) -> None:
-        return None
-
-    job = await work.enqueue()
+    job = await waiting_job(app)
     flaky = FailingStore(await app.store(), "request_cancel", StoreError("blip"))
-    service = CancellationService(flaky, 0.05, retry=QUICK)  # type: ignore[arg-type]
-    result = await service.cancel(
-        job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
-    )
+    result = await cancel_through(flaky, job, retry=QUICK)
     assert flaky.left == 0, "the fault was injected"
     assert (result.status, result.success, result.errors) == ("completed", True, [])
     assert (await app.get(job.id)).state is JobState.CANCELLED
@@ -179,17 +186,10 @@ async def test_a_cancel_whose_first_request_fails_once_is_retried_and_completes(
 async def test_a_cancel_whose_request_keeps_failing_is_recorded_failed_with_the_error(
     app: App,
 ) -> None:
-    @app.task(name="work")
-    async def work(ctx: tether.JobContext) -> None:
-        return None
-
-    job = await work.enqueue()
+    job = await waiting_job(app)
     down = FailingStore(await app.store(), "request_cancel", StoreError("down"), QUICK.attempts)
-    service = CancellationService(down, 0.05, retry=QUICK)  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="down"):
-        await service.cancel(
-            job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
-        )
+        await cancel_through(down, job, retry=QUICK)
     assert down.left == 0, "every try failed"
     record = await app.cancellation(job.id)
     assert record is not None and (record.status, record.error) == ("failed", "StoreError: down")
@@ -201,18 +201,11 @@ async def test_a_cancel_whose_request_keeps_failing_is_recorded_failed_with_the_
 
 
 async def test_a_record_whose_writes_keep_failing_ends_failed_with_the_error(app: App) -> None:
-    @app.task(name="work")
-    async def work(ctx: tether.JobContext) -> None:
-        return None
-
-    job = await work.enqueue()
+    job = await waiting_job(app)
     down = FailingStore(
         await app.store(), "update_cancellation", StoreError("down"), QUICK.attempts
     )
-    service = CancellationService(down, 0.05, retry=QUICK)  # type: ignore[arg-type]
-    result = await service.cancel(
-        job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
-    )
+    result = await cancel_through(down, job, retry=QUICK)
     assert down.left == 0, "every try of the first write failed"
     assert (result.status, result.success) == ("failed", False)
     assert result.errors == ["StoreError: down"]
@@ -227,17 +220,10 @@ async def test_a_record_whose_writes_keep_failing_ends_failed_with_the_error(app
 
 
 async def test_a_record_nobody_could_write_is_settled_by_the_follow_up(app: App) -> None:
-    @app.task(name="work")
-    async def work(ctx: tether.JobContext) -> None:
-        return None
-
-    job = await work.enqueue()
+    job = await waiting_job(app)
     store = await app.store()
     down = FailingStore(store, "update_cancellation", StoreError("down"), times=1000)
-    service = CancellationService(down, 0.05, retry=QUICK)  # type: ignore[arg-type]
-    result = await service.cancel(
-        job.id, reason="r", force=False, cascade=True, wait=0, actor=None, request_id=None
-    )
+    result = await cancel_through(down, job, wait=0, retry=QUICK)
     assert result.status == "initiated" and "StoreError: down" in result.errors
     # The store answers again; the canceller has given up: the follow-up settles it.
     assert await follow_up(store).run_once() == [result.cancellation_id]
@@ -249,17 +235,10 @@ async def test_a_record_nobody_could_write_is_settled_by_the_follow_up(app: App)
 async def test_a_record_never_says_failed_while_its_job_is_cancelled_with_nothing_left(
     app: App,
 ) -> None:
-    @app.task(name="work")
-    async def work(ctx: tether.JobContext) -> None:
-        return None
-
-    job = await work.enqueue()
+    job = await waiting_job(app)
     # An unexpected error after the job was already cancelled, not worth a retry.
     broken = FailingStore(await app.store(), "downstream", RuntimeError("bug"))
-    service = CancellationService(broken, 0.05)  # type: ignore[arg-type]
-    result = await service.cancel(
-        job.id, reason="r", force=False, cascade=True, wait=1, actor=None, request_id=None
-    )
+    result = await cancel_through(broken, job)
     assert broken.left == 0, "the fault was injected"
     assert (await app.get(job.id)).state is JobState.CANCELLED
     assert (result.status, result.success, result.errors) == ("completed", True, [])
