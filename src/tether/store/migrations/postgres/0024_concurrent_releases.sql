@@ -193,13 +193,11 @@ BEGIN
     -- FOR UPDATE: marked first, the claim sees it (or skips the row) and returns
     -- nothing; claimed first, the marking skips the row, and the fresh claim saves the
     -- worker next round. It does not conflict with the heartbeat's row lock. A worker
-    -- with no row (a tool, a test) claims as before.
-    IF EXISTS (SELECT 1 FROM tether_workers WHERE id = p_worker) THEN
-        PERFORM 1 FROM tether_workers WHERE id = p_worker AND state <> 'dead'
-            FOR KEY SHARE SKIP LOCKED;
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
+    -- with no row (a tool, a test) claims as before. One lookup in the usual case.
+    PERFORM 1 FROM tether_workers WHERE id = p_worker AND state <> 'dead'
+        FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM tether_workers WHERE id = p_worker) THEN
+        RETURN;
     END IF;
     buckets := ARRAY(SELECT 'queue:' || x FROM unnest(p_queues) AS x)
             || ARRAY(SELECT 'task:' || x FROM unnest(p_tasks) AS x);
