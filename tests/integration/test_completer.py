@@ -45,11 +45,11 @@ async def test_each_outcome_hears_whether_it_was_accepted_even_if_another_callba
 )
 async def test_an_outcome_whose_limit_row_is_held_waits_alone(store: Store, db_url: str) -> None:
     # Ending a keyed job updates its key's counted limit: with that row held by another
-    # client, the batch gives up after the bound, and the other outcomes go in at once.
+    # client, the batch gives up after the limit's lock bound (1 s, in SQL), and the
+    # other outcomes go in at once.
     keyed = await running_job(store, "w1", key="k", limits=("key:k",))
     plain = await running_job(store, "w1")
     completer = Completer(store, "w1")
-    completer.lock_wait = 0.3
     completer.submit(outcome(keyed, JobState.SUCCEEDED))
     completer.submit(outcome(plain, JobState.SUCCEEDED))
     with psycopg.connect(db_url) as holder:

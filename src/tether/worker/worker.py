@@ -179,8 +179,8 @@ class Worker:
             max_backoff=self.config.max_backoff,
         )
         # The maintenance duties wait on no row lock without a bound (see LOCK_WAIT).
-        # So do outcomes: a finish whose transition must update a row someone else holds
-        # (a concurrency limit's, say) gives up after the bound and goes again later.
+        # (The completer needs none: its statement skips held job rows, and the
+        # transition's limit and workflow updates bound their own waits in SQL.)
         for duty in (
             self.rescuer,
             self.follow_up,
@@ -188,7 +188,6 @@ class Worker:
             self.pruner,
             self.scheduler,
             self.releaser,
-            self.completer,
         ):
             duty.lock_wait = maintenance.lock_wait
         await self._open()

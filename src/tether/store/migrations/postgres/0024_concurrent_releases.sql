@@ -323,3 +323,25 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A transition's concurrency-limit counts are updated under the limits' row locks. Any
+-- client may hold such a row (an operator in psql): the wait is bounded, here where
+-- every caller passes (a worker's finish, a rescue, a cancel), unless the caller set a
+-- bound of its own. Past it the statement fails with lock_not_available, nothing is
+-- written, and the caller tries again (the completer writes that outcome alone).
+CREATE OR REPLACE FUNCTION tether_limits_apply(deltas JSONB) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    saved TEXT := current_setting('lock_timeout');
+BEGIN
+    IF saved = '0' THEN
+        PERFORM set_config('lock_timeout', '1s', true);  -- LIMIT_LOCK_TIMEOUT
+    END IF;
+    PERFORM 1 FROM tether_limits
+    WHERE name IN (SELECT jsonb_object_keys(deltas)) ORDER BY name FOR UPDATE;
+    PERFORM set_config('lock_timeout', saved, true);
+    UPDATE tether_limits l
+    SET used = l.used + (deltas -> l.name ->> 0)::int,
+        held = l.held + CASE WHEN l.kind = 'key' THEN (deltas -> l.name ->> 1)::int ELSE 0 END
+    WHERE l.name IN (SELECT jsonb_object_keys(deltas));
+END
+$$;

@@ -158,8 +158,11 @@ WITH v AS (
         AS v(id bigint, token bigint, state text, result text, error text, delay float8,
              reason text, usage bigint, stopped_by text, phase text, cur bigint, tot bigint)
 ), locked AS (
-    SELECT j.id FROM tether_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
+    -- Looked up by key through v (an array of ids would let the planner scan the whole
+    -- table), and in no particular order: a lock that skips never waits, so two such
+    -- statements cannot deadlock.
+    SELECT j.id FROM v JOIN tether_jobs j ON j.id = v.id
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 ), u AS (
     UPDATE tether_jobs j SET state = {_EFF},
         result = v.result::jsonb,
