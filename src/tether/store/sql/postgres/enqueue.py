@@ -9,9 +9,9 @@ from tether.store.rows import CANCEL_STATE, CANCELLABLE_SQL, JOB_COLUMNS
 
 # Concurrent batches sharing idempotency keys in different orders would deadlock on the
 # unique index; taking a lock per key in one global order first makes them queue instead.
-KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
+_KEY_LOCK_SPACE = 0x7E7E  # first key of the per-idempotency-key advisory locks
 LOCK_KEYS = f"""
-SELECT pg_advisory_xact_lock({KEY_LOCK_SPACE}, h) FROM (
+SELECT pg_advisory_xact_lock({_KEY_LOCK_SPACE}, h) FROM (
     SELECT DISTINCT hashtext(k) AS h FROM unnest(%(keys)s::text[]) AS k
 ) AS keys ORDER BY h
 """

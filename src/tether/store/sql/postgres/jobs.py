@@ -11,7 +11,7 @@ COUNT_BY_STATE = "SELECT state, COUNT(*) AS n FROM tether_jobs GROUP BY state"
 EVENTS = "SELECT * FROM tether_job_events WHERE job_id = %(id)s ORDER BY id"
 
 # The cancel request's change alone (deleting a job settles it with this too).
-CANCEL_UPDATE = f"""
+_CANCEL_UPDATE = f"""
 UPDATE tether_jobs SET
     state = {CANCEL_STATE},
     finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
@@ -67,7 +67,7 @@ def _announcing(update: str, channel: str) -> str:
 
 # The control requests: each changes the job and returns it, or returns nothing when
 # there is nothing to change.
-CANCEL = _announcing(CANCEL_UPDATE, "tether_cancel")
+CANCEL = _announcing(_CANCEL_UPDATE, "tether_cancel")
 PAUSE = _announcing(_PAUSE_UPDATE, "tether_control")
 RESUME = _announcing(_RESUME_UPDATE, "tether_control")
 RETRY = _announcing(_RETRY_UPDATE, "tether_control")

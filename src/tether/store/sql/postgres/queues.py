@@ -29,11 +29,11 @@ SET_RATE_LIMIT = (
 )
 REMOVE_RATE_LIMIT = "DELETE FROM tether_rate_limits WHERE id = %(id)s"
 # A rate limit's bucket as of now: what it held, refilled since, never above the burst.
-RATE_TOKENS = (
+_RATE_TOKENS = (
     "least(burst, tokens + greatest(0, extract(epoch FROM now() - refilled_at)) * per_second)"
 )
 # float8: a number of tokens as a float, not the numeric that extract() makes of it.
 LIST_RATE_LIMITS = (
-    f"SELECT id, per_second, burst, ({RATE_TOKENS})::float8 AS tokens "
+    f"SELECT id, per_second, burst, ({_RATE_TOKENS})::float8 AS tokens "
     "FROM tether_rate_limits ORDER BY id"
 )

@@ -2,7 +2,7 @@
 
 #: The folder of :func:`tether.store.base.load_migrations`.
 MIGRATIONS = "postgres"
-MIGRATE_LOCK = 0x7E7E_0002
+_MIGRATE_LOCK = 0x7E7E_0002
 # One row, whose ``t`` is NULL while the table is missing.
 HAS_MIGRATIONS = "SELECT to_regclass('tether_migrations') AS t"
 SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) AS v FROM tether_migrations"
@@ -11,7 +11,7 @@ APPLIED = "SELECT version FROM tether_migrations"
 # A migration may take long (an index on a big table): no statement timeout.
 MIGRATE_BEGIN = (
     "SET LOCAL statement_timeout = 0",
-    f"SELECT pg_advisory_xact_lock({MIGRATE_LOCK})",
+    f"SELECT pg_advisory_xact_lock({_MIGRATE_LOCK})",
 )
 CREATE_MIGRATIONS = (
     "CREATE TABLE IF NOT EXISTS tether_migrations (version INTEGER PRIMARY KEY, "

@@ -15,7 +15,7 @@ from tether.store.sql.sqlite.fragments import LIVE_SQL, NOW, each
 
 # A job of another bulk enqueue still in progress (the parameter: this enqueue's own
 # batch, or NULL): it may yet be deleted with its bulk.
-UNCOMMITTED = (
+_UNCOMMITTED = (
     "(batch IS NOT NULL AND batch IS NOT :batch AND batch IN (SELECT id FROM tether_open_batches))"
 )
 
@@ -31,7 +31,7 @@ RELEASE_KEYS = (
 # The jobs that hold the keys, with the key as stored; a pending one may yet be deleted
 # with its bulk: no answer to give now.
 TAKEN_KEYS = (
-    f"SELECT idempotency_key, {UNCOMMITTED} AS pending, {JOB_COLUMNS} FROM tether_jobs "
+    f"SELECT idempotency_key, {_UNCOMMITTED} AS pending, {JOB_COLUMNS} FROM tether_jobs "
     f"WHERE idempotency_key IN {each('keys')}"
 )
 
@@ -47,7 +47,7 @@ NEW_IDS = (
 # A job of another bulk still being written is not there yet: depending on it would
 # leave a dangling link if that bulk failed.
 DEPENDENCY_STATES = (
-    f"SELECT id, state FROM tether_jobs WHERE id IN {each('ids')} AND NOT {UNCOMMITTED}"
+    f"SELECT id, state FROM tether_jobs WHERE id IN {each('ids')} AND NOT {_UNCOMMITTED}"
 )
 
 
