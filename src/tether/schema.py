@@ -1,7 +1,10 @@
 """Whether the database schema fits this code, checked when a process first connects.
 
-Migrations are versioned and only ever added, so two sets decide it: the versions this
-code ships and the versions recorded in the database.
+Migrations are versioned and only ever added, each under one number in both dialects,
+so two sets decide it: the versions this code ships and the versions recorded in the
+database. (One migration of release 0.1 had another number on SQLite; the runner carries
+such a record over before applying anything: ``RENUMBERED`` in
+:mod:`tether.store.common.schema`.)
 
 - A version the code ships that the database lacks is pending. It is applied on first
   use (``AppConfig.auto_migrate``, the default) or by ``tether migrate``; a process

@@ -34,6 +34,7 @@ __all__ = [
     "Store",
     "check_dependencies",
     "load_migrations",
+    "migration_version",
     "shipped_versions",
 ]
 
@@ -53,9 +54,14 @@ def load_migrations(dialect: str) -> list[Migration]:
     found = []
     for entry in folder.iterdir():
         if entry.name.endswith(".sql"):
-            version = int(entry.name.split("_", 1)[0])
+            version = migration_version(entry.name)
             found.append(Migration(version, entry.name, entry.read_text("utf-8")))
     return sorted(found, key=lambda m: m.version)
+
+
+def migration_version(name: str) -> int:
+    """The version a migration file's name starts with (``0006_x.sql``: 6)."""
+    return int(name.split("_", 1)[0])
 
 
 def shipped_versions(url: str) -> set[int]:

@@ -18,6 +18,11 @@ CREATE_MIGRATIONS = (
     "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
 )
 RECORD_MIGRATION = "INSERT INTO tether_migrations (version, name) VALUES (%(version)s, %(name)s)"
+# A migration a release recorded under another number (RENUMBERED, common/schema.py).
+RENUMBER_MIGRATION = (
+    "UPDATE tether_migrations SET version = %(new_version)s, name = %(new_name)s "
+    "WHERE version = %(old_version)s AND name = %(old_name)s"
+)
 
 
 def statements(script: str) -> list[str]:

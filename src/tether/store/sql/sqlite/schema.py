@@ -17,6 +17,11 @@ CREATE_MIGRATIONS = (
     "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
 )
 RECORD_MIGRATION = f"INSERT INTO tether_migrations VALUES (:version, :name, {NOW})"
+# A migration a release recorded under another number (RENUMBERED, common/schema.py).
+RENUMBER_MIGRATION = (
+    "UPDATE tether_migrations SET version = :new_version, name = :new_name "
+    "WHERE version = :old_version AND name = :old_name"
+)
 
 
 def statements(script: str) -> list[str]:

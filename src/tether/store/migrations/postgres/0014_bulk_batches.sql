@@ -1,0 +1,4 @@
+-- tether schema, version 14 (PostgreSQL): nothing to do. On SQLite this version lets a
+-- bulk enqueue commit in chunks, so that no single transaction holds the database's one
+-- write lock for long. PostgreSQL writers do not take turns on one lock: a bulk enqueue
+-- commits in one transaction, and other writers go on meanwhile.

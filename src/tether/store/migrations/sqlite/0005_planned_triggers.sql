@@ -1,0 +1,9 @@
+-- tether schema, version 5 (SQLite): nothing to do. On PostgreSQL this version lets the
+-- transition trigger's query be planned once per session instead of at every statement.
+-- SQLite's transition trigger never ran a query of its own (EXECUTE) to plan, and its
+-- workflow step runs in the store (store/sqlite_workflow.py).
+--
+-- Release 0.1 numbered SQLite's partial-cancellation index 5; it is 6 now, as on
+-- PostgreSQL. The migration runner carries a database that recorded it as 5 over to 6
+-- once, before anything is applied (RENUMBERED in tether/store/common/schema.py), so
+-- this file is then applied as the no-op it is.

@@ -1,0 +1,4 @@
+-- tether schema, version 22 (SQLite): nothing to do. On PostgreSQL this version makes a
+-- claim under rate limits keep the global order (priority, then run_at, then id) in
+-- tether_claim_paced. SQLite's claim already kept it: it admits jobs in that order in
+-- the store (store/admission.py), under the write lock.

@@ -1,0 +1,7 @@
+-- tether schema, version 24 (SQLite): nothing to do. On PostgreSQL this version keeps
+-- concurrent transactions from both missing a release, keeps an enqueue from locking a
+-- running upstream's row, and keeps rate buckets' clocks from moving back. SQLite has
+-- one writer at a time (BEGIN IMMEDIATE): a release decides from the last commit, an
+-- enqueue holds no lock past its own transaction, and a claim refills a bucket under
+-- the write lock without moving its refilled_at back (SPEND_TOKENS in
+-- store/sql/sqlite/leases.py).
