@@ -1,49 +1,18 @@
-"""Typed request and response bodies of the REST API (they make its OpenAPI schema)."""
+"""The bodies of the job routes (:mod:`tether.web.routes.jobs`): enqueue, read, list,
+history, and the actions on one job, cancellation included."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, Field
 
-from tether import names, payload
+from tether import payload
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
-from tether.job import AuditEntry, Job, JobEvent, LimitInfo, QueueInfo, WorkerInfo
+from tether.job import Job, JobEvent
 from tether.states import JobState
-
-MAX_ID = 2**63 - 1  # PostgreSQL's bigint
-MAX_INT = 2**31 - 1  # PostgreSQL's integer
-
-# Names end up in indexed text columns: printable, bounded, no NUL (PostgreSQL refuses it).
-Name = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
-]
-# Queues, keys, resources and tasks: the safe alphabet (see tether.names), so a name is
-# always one URL path segment.
-SafeName = Annotated[str, StringConstraints(pattern=names.NAME_PATTERN)]
-Text = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
-JobId = Annotated[int, Field(ge=1, le=MAX_ID)]
-
-
-class _In(BaseModel):
-    # Unknown fields are mistakes worth reporting; NaN and infinity are not JSON. Strict:
-    # no coercion, so `force: 0.0` or `"1"` is an error rather than a guess.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-
-
-# -- errors ------------------------------------------------------------------------------
-
-
-class ErrorBody(BaseModel):
-    """Every error: a stable ``code``, a message for people, and the request's id."""
-
-    code: str = Field(examples=["not_found"])
-    message: str
-    request_id: str | None = None
-
-
-# -- jobs --------------------------------------------------------------------------------
+from tether.web.models.common import MAX_ID, MAX_INT, JobId, Name, SafeName, Text, _In
 
 
 class EnqueueIn(_In):
@@ -256,7 +225,7 @@ class EventList(BaseModel):
     items: list[EventOut]
 
 
-# -- control -----------------------------------------------------------------------------
+# -- actions -----------------------------------------------------------------------------
 
 
 class CancelIn(_In):
@@ -280,12 +249,6 @@ class ResumeIn(_In):
     """Resume, optionally with a new usage budget."""
 
     budget: int | None = Field(default=None, ge=1, le=MAX_ID)
-
-
-class QueuePauseIn(_In):
-    """Why the queue is paused."""
-
-    reason: Text | None = None
 
 
 class Step(BaseModel):
@@ -417,213 +380,8 @@ class CancellationStatus(BaseModel):
     cancellation: CancellationRecordOut | None
 
 
-class CancellationPage(BaseModel):
-    """Cancellation records, newest first."""
-
-    items: list[CancellationRecordOut]
-    limit: int
-    offset: int
-    next_offset: int | None
-
-
 class Deleted(BaseModel):
     """A deleted job and the active children its deletion cancelled."""
 
     deleted: int
     children_cancelled: list[int]
-
-
-class QueueOut(BaseModel):
-    """A queue: whether it is paused, and its jobs by state."""
-
-    name: str
-    paused: bool
-    reason: str | None
-    counts: dict[str, int]
-    unserved: dict[str, str] = Field(
-        default_factory=dict,
-        description="Tasks with waiting jobs on this queue that no live worker can run, "
-        "each with why.",
-    )
-
-    @classmethod
-    def of(cls, q: QueueInfo) -> QueueOut:
-        """The API view of a queue."""
-        return cls(
-            name=q.name,
-            paused=q.paused,
-            reason=q.reason,
-            counts=q.counts,
-            unserved={u.task: u.reason for u in q.unserved},
-        )
-
-
-class QueueList(BaseModel):
-    """Every queue that has jobs or a pause flag."""
-
-    items: list[QueueOut]
-
-
-class KeyOut(BaseModel):
-    """A concurrency key or resource pool, and why it may be blocked."""
-
-    name: str
-    kind: str
-    capacity: int
-    running: int
-    held: int
-    waiting: int
-    block_on_hold: bool
-    blocked_reason: str | None
-
-    @classmethod
-    def of(cls, lim: LimitInfo) -> KeyOut:
-        """The API view of a limit (its name without the ``key:``/``resource:`` prefix)."""
-        return cls(
-            name=lim.name.split(":", 1)[1] if ":" in lim.name else lim.name,
-            kind=lim.kind,
-            capacity=lim.capacity,
-            running=lim.used,
-            held=lim.held,
-            waiting=lim.queued,
-            block_on_hold=lim.block_on_hold,
-            blocked_reason=lim.blocked_reason,
-        )
-
-
-class KeyList(BaseModel):
-    """Concurrency keys and resource pools."""
-
-    items: list[KeyOut]
-
-
-class WorkerOut(BaseModel):
-    """A worker: its state, last heartbeat, and the running jobs it leases."""
-
-    id: str
-    name: str | None
-    host: str
-    pid: int
-    state: str
-    started_at: datetime
-    heartbeat_at: datetime
-    running_jobs: int
-    abandoned_threads: int = Field(
-        description="Handler threads the worker abandoned (they ignored being stopped) that "
-        "still run."
-    )
-    thread_pool_full: bool = Field(
-        description="Abandoned threads fill the worker's thread pool: it claims no thread jobs."
-    )
-    jobs: list[int]
-    queues: list[str] = Field(default_factory=list, description="The queues it claims from.")
-    tasks: list[str] | None = Field(
-        default=None, description="The tasks it can run (null: not recorded, taken as all)."
-    )
-
-    @classmethod
-    def of(cls, w: WorkerInfo, jobs: list[int]) -> WorkerOut:
-        """The API view of a worker with the ids of its jobs the caller may see."""
-        return cls(
-            id=w.id,
-            name=w.name,
-            host=w.host,
-            pid=w.pid,
-            state=w.state,
-            started_at=w.started_at,
-            heartbeat_at=w.heartbeat_at,
-            running_jobs=w.running_jobs,
-            abandoned_threads=w.abandoned_threads,
-            thread_pool_full=w.thread_pool_full,
-            jobs=jobs,
-            queues=list(w.queues),
-            tasks=list(w.tasks) if w.tasks is not None else None,
-        )
-
-
-class WorkerList(BaseModel):
-    """Workers, newest first."""
-
-    items: list[WorkerOut]
-    # The worker that leads maintenance (pruning, schedules), if one holds the lease.
-    leader: str | None = None
-
-
-class Stats(BaseModel):
-    """Jobs in each state (every state present) and in all."""
-
-    states: dict[str, int]
-    total: int
-
-
-class AuditOut(BaseModel):
-    """One audit row."""
-
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    target: str | None
-    result: str
-    request_id: str | None
-    detail: str | None
-
-    @classmethod
-    def of(cls, e: AuditEntry) -> AuditOut:
-        """The API view of an audit row."""
-        return cls(
-            id=e.id,
-            at=e.at,
-            actor=e.actor,
-            action=e.action,
-            target=e.target,
-            result=e.result,
-            request_id=e.request_id,
-            detail=e.detail,
-        )
-
-
-class AuditPage(BaseModel):
-    """Audit rows, newest first."""
-
-    items: list[AuditOut]
-    limit: int
-    offset: int
-    next_offset: int | None
-
-
-class Transition(BaseModel):
-    """One message of the live event stream (the ``data`` of an SSE ``transition``)."""
-
-    event_id: int
-    job_id: int
-    from_state: JobState | None
-    to_state: JobState
-    at: datetime
-    queue: str | None
-    task: str | None
-    owner: str | None
-    worker_id: str | None
-    actor: str | None
-    reason: str | None
-
-
-# -- health ------------------------------------------------------------------------------
-
-
-class DatabaseHealth(BaseModel):
-    """Whether the database answers, how fast, and whether its schema is current."""
-
-    reachable: bool
-    latency_ms: float | None
-    schema_version: int | None
-    expected_schema_version: int
-
-
-class Health(BaseModel):
-    """``ok``, ``degraded`` (works, with problems listed) or ``down`` (answered 503)."""
-
-    status: Literal["ok", "degraded", "down"]
-    database: DatabaseHealth
-    active_workers: int | None
-    problems: list[str]
