@@ -31,7 +31,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether import metrics, strictint
-from tether.web.dashboard import COOKIE as SESSION_COOKIE
+from tether.web.dashboard.sessions import COOKIE as SESSION_COOKIE
 
 log = logging.getLogger("tether.web")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
