@@ -141,3 +141,32 @@ async def test_the_active_children_of_a_parent_that_ended_are_cancelled(pg_url: 
     finally:
         await store.close()
         db.close()
+
+
+@pytest.mark.postgres
+async def test_a_cancelled_parents_cascade_that_met_a_held_child_reaches_it_later(
+    pg_url: str,
+) -> None:
+    # Found by the operation pairs: a child finishing while its parent is cancelled locks
+    # the child, then the parent; the cancel, the parent, then the children. One of the
+    # two steps waits past its bound and is left pending: if it is the cascade, the
+    # parent ends cancelled while its running child has not yet been asked to stop.
+    store, db = create_store(pg_url), Db(pg_url)
+    try:
+        parent = await running_job(store, "wp", task="parent")
+        kid = await store.spawn(parent.id, parent.lease_token, new_job("child", fresh_queue()))
+        assert kid is not None
+        assert await store.finish("wp", [outcome(parent, JobState.BLOCKED, phase="fanin")])
+        (running,) = await store.claim("wk", [kid.queue], ["child"], 1, 60.0)
+        with _held(db, running.id):
+            await store.request_cancel(parent.id, "r", False, "op")
+        assert await _state(store, parent.id) is JobState.CANCELLED
+        assert (await store.get(running.id)).cancel_requested_at is None
+        assert db.execute("SELECT job_id FROM tether_pending_steps") == [(parent.id,)]
+        assert await Releaser(store, interval=1.0).sweep() == [parent.id]
+        child = await store.get(running.id)
+        assert child.state is JobState.RUNNING and child.cancel_requested_at is not None
+        assert db.execute("SELECT job_id FROM tether_pending_steps") == []
+    finally:
+        await store.close()
+        db.close()
