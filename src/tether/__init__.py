@@ -5,7 +5,12 @@ worker, or stop the worker gracefully, and the job still ends exactly once.
 """
 
 from tether.app import App
-from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
+from tether.cancellation import (
+    CancellationRecord,
+    CancellationResult,
+    CancellationStep,
+    CancellationSummary,
+)
 from tether.config import (
     AppConfig,
     MaintenanceConfig,
@@ -46,6 +51,7 @@ __all__ = [
     "CancellationRecord",
     "CancellationResult",
     "CancellationStep",
+    "CancellationSummary",
     "Cancelled",
     "ConfigError",
     "Fail",

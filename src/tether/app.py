@@ -624,10 +624,7 @@ class App:
             return False, [f"job {job_id} has no cancellation"]
         if not record.settled:
             return False, [f"cancellation {record.id} is still {record.status} after {timeout}s"]
-        errors = list((record.result or {}).get("errors", [])) or (
-            [record.error] if record.error else []
-        )
-        return record.status == "completed", errors
+        return record.status == "completed", record.errors
 
     async def cancellation(self, job_id: int) -> CancellationRecord | None:
         """The job's cancellation record, if it was ever cancelled by request."""
@@ -639,7 +636,7 @@ class App:
         self, limit: int = 20, offset: int = 0
     ) -> builtins.list[CancellationRecord]:
         """Cancellation records, newest first."""
-        rows = await (await self.store()).list_cancellations(limit, offset)
+        rows = await (await self.store()).list_cancellations(limit=limit, offset=offset)
         return [record_from_row(r) for r in rows]
 
     @audited("job.pause", _job_target)
@@ -886,7 +883,9 @@ class App:
         self, owner: str, limit: int = 20, offset: int = 0
     ) -> builtins.list[CancellationRecord]:
         """Cancellation records of the jobs ``owner`` enqueued, newest first."""
-        rows = await (await self.store()).list_owned_cancellations(owner, limit, offset)
+        rows = await (await self.store()).list_owned_cancellations(
+            owner, limit=limit, offset=offset
+        )
         return [record_from_row(r) for r in rows]
 
     # -- maintenance: retention and the leader --------------------------------------------

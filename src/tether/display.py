@@ -120,6 +120,8 @@ def to_json(value: Any) -> Any:
         data = to_json(dataclasses.asdict(value))
         data["display_state"] = value.display_state
         return data
+    if callable(own := getattr(value, "to_json", None)) and not isinstance(value, type):
+        return to_json(own())  # a record that keeps its own JSON form (says only what it has)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         # Field by field rather than asdict(), so nested jobs keep their display_state.
         return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}

@@ -31,6 +31,7 @@ from tether.job import Job, Outcome, QueueInfo, Unserved, WorkerInfo
 
 if TYPE_CHECKING:
     from tether.app import App
+    from tether.cancellation import CancellationSummary
 
 __all__ = ["CONTENT_TYPE_LATEST", "render", "serve"]
 
@@ -117,13 +118,13 @@ def cancellation_requested(force: bool) -> None:
     CANCELLATION_REQUESTS.labels(force=str(force).lower()).inc()
 
 
-def cancellation_finished(status: str, result: dict[str, Any]) -> None:
+def cancellation_finished(status: str, result: CancellationSummary) -> None:
     """A cancellation settled; ``result`` is its record's result."""
-    CANCELLATION_DURATION.labels(status=status).observe(float(result.get("duration_seconds", 0)))
+    CANCELLATION_DURATION.labels(status=status).observe(result.duration_seconds or 0.0)
     if status != "completed":
         CANCELLATION_FAILURES.labels(status=status).inc()
-    RUNNERS_TERMINATED.inc(len(result.get("runners_terminated", ())))
-    RESOURCES_CLEANED.inc(len(result.get("slots_released", ())))
+    RUNNERS_TERMINATED.inc(len(result.runners_terminated or ()))
+    RESOURCES_CLEANED.inc(len(result.slots_released or ()))
 
 
 # Looking a labelled child up costs more than observing it; these run once per job.

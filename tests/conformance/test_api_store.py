@@ -72,17 +72,39 @@ async def test_cancellations_of_an_owner(store: Store) -> None:
     mine = await enqueue_one(store, owner="alice")
     theirs = await enqueue_one(store, owner="bob")
     for job, cid in ((mine, "c1"), (theirs, "c2")):
-        await store.create_cancellation(cid, job.id, None, "r", False, True, "t")
-    assert [c.id for c in await store.list_owned_cancellations("alice", 10, 0)] == ["c1"]
-    assert await store.list_owned_cancellations("alice", 10, 1) == []
-    assert await store.list_owned_cancellations("carol", 10, 0) == []
+        await store.create_cancellation(
+            cid,
+            job_id=job.id,
+            request_id=None,
+            reason="r",
+            force=False,
+            cascade=True,
+            initiated_by="t",
+        )
+    assert [c.id for c in await store.list_owned_cancellations("alice", limit=10, offset=0)] == [
+        "c1"
+    ]
+    assert await store.list_owned_cancellations("alice", limit=10, offset=1) == []
+    assert await store.list_owned_cancellations("carol", limit=10, offset=0) == []
 
 
 async def test_cancellations_filtered_by_status(store: Store) -> None:
     for cid in ("c1", "c2", "c3"):
         job = await enqueue_one(store)
-        await store.create_cancellation(cid, job.id, None, "r", False, True, "t")
-    await store.update_cancellation("c2", "partial", [], {"errors": ["e"]}, "e", True)
-    assert [c.id for c in await store.list_cancellations(10, 0, status="partial")] == ["c2"]
-    assert await store.list_cancellations(10, 0, status="failed") == []
-    assert {c.id for c in await store.list_cancellations(10, 0)} == {"c1", "c2", "c3"}
+        await store.create_cancellation(
+            cid,
+            job_id=job.id,
+            request_id=None,
+            reason="r",
+            force=False,
+            cascade=True,
+            initiated_by="t",
+        )
+    await store.update_cancellation(
+        "c2", status="partial", steps=[], result={"errors": ["e"]}, error="e", final=True
+    )
+    assert [c.id for c in await store.list_cancellations(limit=10, offset=0, status="partial")] == [
+        "c2"
+    ]
+    assert await store.list_cancellations(limit=10, offset=0, status="failed") == []
+    assert {c.id for c in await store.list_cancellations(limit=10, offset=0)} == {"c1", "c2", "c3"}

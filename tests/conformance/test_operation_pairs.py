@@ -72,7 +72,15 @@ async def build_world(store: Store, db: Db) -> World:
     await store.request_pause(jobs["paused"].id, None, "setup")
     db.expire_lease(jobs["zombie"].id)
     db.set_ago("tether_jobs", "finished_at", jobs["old"].id, 7200)
-    await store.create_cancellation(CANCELLATION, jobs["run"].id, None, None, False, True, "t")
+    await store.create_cancellation(
+        CANCELLATION,
+        job_id=jobs["run"].id,
+        request_id=None,
+        reason=None,
+        force=False,
+        cascade=True,
+        initiated_by="t",
+    )
     return World(jobs)
 
 
@@ -110,7 +118,13 @@ OPS: dict[str, Op] = {
     "prune": lambda s, w, n: s.prune_jobs("succeeded", 3600.0, 100, None, False),
     "queue_pause": lambda s, w, n: s.set_queue_paused("work", True, "op"),
     "settle": lambda s, w, n: s.update_cancellation(
-        CANCELLATION, "completed", [], {"slot": n}, None, True, expect="initiated"
+        CANCELLATION,
+        status="completed",
+        steps=[],
+        result={"slot": n},
+        error=None,
+        final=True,
+        expect="initiated",
     ),
 }
 

@@ -46,7 +46,15 @@ async def test_jobs_older_than_their_state_retention_go_with_all_their_rows(
     store: Store, db: Db
 ) -> None:
     old_ok = await finished(store)
-    await store.create_cancellation("c-old", old_ok.id, None, "late", False, True, None)
+    await store.create_cancellation(
+        "c-old",
+        job_id=old_ok.id,
+        request_id=None,
+        reason="late",
+        force=False,
+        cascade=True,
+        initiated_by=None,
+    )
     new_ok = await finished(store)
     old_failed = await finished(store, JobState.FAILED, max_attempts=1)
     young_failed = await finished(store, JobState.FAILED, max_attempts=1)

@@ -82,7 +82,7 @@ async def test_a_record_whose_canceller_was_killed_is_settled_and_a_later_cancel
     step = record.steps[-1]
     assert (step.name, step.details["previous_status"]) == (SETTLE_STEP, "stopping_runners")
     assert step.details["ended"] == {str(job.id): "cancelled"}
-    assert record.result is not None and record.result["tasks_cancelled"] == [job.id]
+    assert record.result is not None and record.result.tasks_cancelled == [job.id]
     assert await service.run_once() == []
 
     later = await app.cancel(job.id, wait=1)
@@ -104,7 +104,13 @@ async def test_a_record_left_half_way_is_settled_from_the_job_states(app: App) -
     # What a canceller leaves when it dies right after creating its record (with a
     # request id, it asks only after that): the job was never asked to stop.
     row, created = await store.create_cancellation(
-        "cancel-dead", job.id, "r-1", "stop", False, True, "someone"
+        "cancel-dead",
+        job_id=job.id,
+        request_id="r-1",
+        reason="stop",
+        force=False,
+        cascade=True,
+        initiated_by="someone",
     )
     assert created and row.status == "initiated"
     assert await follow_up(store).run_once() == ["cancel-dead"]

@@ -118,8 +118,8 @@ async def test_cancelling_a_running_job_persists_a_completed_record_with_every_s
     assert (update["cancelled"], update["completed"], update["failed"]) == ([job.id], [], [])
     assert details["clean_resources"]["slots_released"] == ["resource:repo"]
     assert details["clean_resources"]["artifacts_preserved"] == result.artifacts_preserved
-    assert record.result is not None and set(record.result) == RESULT_KEYS
-    assert record.result["tasks_cancelled"] == [job.id]
+    assert record.result is not None and set(record.result.to_json()) == RESULT_KEYS
+    assert record.result.tasks_cancelled == [job.id]
     assert record.error is None
     assert [c.id for c in await app.cancellations()] == [record.id]
     (repo,) = [lim for lim in await app.limits() if lim.name == "resource:repo"]
@@ -376,8 +376,8 @@ async def test_cancel_that_outlasts_its_wait_is_partial_and_the_job_still_ends_c
     follow = record.steps[-1]
     assert (follow.name, follow.details["ended"]) == ("follow_up", {str(job.id): "cancelled"})
     assert record.error is None and record.result is not None
-    assert record.result["errors"] == [] and record.result["tasks_cancelled"] == [job.id]
-    assert any("(task_cancelled)" in r for r in record.result["runners_terminated"])
+    assert record.result.errors == [] and record.result.tasks_cancelled == [job.id]
+    assert any("(task_cancelled)" in r for r in record.result.runners_terminated or [])
     assert await app.wait_cancelled(job.id, timeout=1) == (True, [])
 
 
@@ -398,7 +398,12 @@ async def test_follow_up_keeps_other_errors_and_follows_up_once(app: App) -> Non
          "details": {"runners_terminated": [], "still_running": [job.id]}, "error": still},
     ]  # fmt: skip
     await store.update_cancellation(
-        record.id, "partial", steps, {"errors": [still, other]}, f"{still}; {other}", True
+        record.id,
+        status="partial",
+        steps=steps,
+        result={"errors": [still, other]},
+        error=f"{still}; {other}",
+        final=True,
     )
     service = CancellationService(store, poll_interval=0.05)
     assert await service.follow_up() == [record.id]
@@ -406,7 +411,7 @@ async def test_follow_up_keeps_other_errors_and_follows_up_once(app: App) -> Non
     after = await app.cancellation(job.id)
     assert after is not None and after.status == "partial" and after.error == other
     assert [s.name for s in after.steps] == ["stop_runners", "follow_up"]
-    assert after.result is not None and after.result["tasks_cancelled"] == [job.id]
+    assert after.result is not None and after.result.tasks_cancelled == [job.id]
 
 
 # -- escalation --------------------------------------------------------------------------

@@ -136,7 +136,9 @@ async def test_cancelling_the_root_of_a_large_graph_cancels_all_downstream_in_on
     assert result.dependents_blocked == []
     record = await app.cancellation(root.id)
     assert record is not None and record.cascade
-    assert sorted((record.result or {})["tasks_cancelled"]) == sorted([root.id, *ids])
+    assert record.result is not None and sorted(record.result.tasks_cancelled or []) == sorted(
+        [root.id, *ids]
+    )
     everything = {j.id: j for j in await app.list(limit=1000)}
     assert len(everything) == 102
     assert everything[root.id].cancel_reason == "abandon the run"
@@ -206,7 +208,9 @@ async def test_cancel_without_cascade_leaves_dependents_blocked_and_lists_them(
         assert (after.state, after.cancel_requested_at) == (JobState.BLOCKED, None)
     record = await app.cancellation(root.id)
     assert record is not None and not record.cascade
-    assert sorted((record.result or {})["dependents_blocked"]) == sorted([mid.id, leaf.id, side.id])
+    assert record.result is not None and sorted(record.result.dependents_blocked or []) == sorted(
+        [mid.id, leaf.id, side.id]
+    )
     worker = await workers(services=False)
     assert await worker.claimer.run_once() == 0, "blocked dependents never run"
 

@@ -221,7 +221,7 @@ def _record_fields(record: CancellationRecord, now: datetime) -> Iterator[tuple[
     if record.completed_at is not None:
         took = (record.completed_at - record.initiated_at).total_seconds()
         yield "completed", f"{display.age(record.completed_at, now)} ago, took {took:.2f}s"
-    for name, value in (record.result or {}).items():
+    for name, value in (record.result.to_json() if record.result else {}).items():
         if value and name not in ("errors", "duration_seconds"):
             yield name.replace("_", " "), json.dumps(value)
     if record.error:

@@ -18,6 +18,7 @@ class CancellationsSql(SqlBase):
     async def create_cancellation(
         self,
         cancellation_id: str,
+        *,
         job_id: int,
         request_id: str | None,
         reason: str | None,
@@ -46,6 +47,7 @@ class CancellationsSql(SqlBase):
     async def update_cancellation(
         self,
         cancellation_id: str,
+        *,
         status: str,
         steps: list[dict[str, object]],
         result: dict[str, object] | None,
@@ -83,7 +85,7 @@ class CancellationsSql(SqlBase):
         return await self._query(body)
 
     async def list_cancellations(
-        self, limit: int, offset: int, status: str | None = None
+        self, *, limit: int, offset: int, status: str | None = None
     ) -> list[CancellationRow]:
         # Two statements, not one with an OR: the filtered one uses the partial index.
         if status is None:
@@ -98,7 +100,7 @@ class CancellationsSql(SqlBase):
         return await self._query(body)
 
     async def list_stale_cancellations(
-        self, older_than: float, limit: int
+        self, *, older_than: float, limit: int
     ) -> list[CancellationRow]:
         async def body(tx: Tx) -> list[CancellationRow]:
             params = {"older_than": older_than, "limit": limit}

@@ -53,7 +53,7 @@ class FeedSql(SqlBase):
         return await self._query(body)
 
     async def list_owned_cancellations(
-        self, owner: str, limit: int, offset: int
+        self, owner: str, *, limit: int, offset: int
     ) -> list[CancellationRow]:
         async def body(tx: Tx) -> list[CancellationRow]:
             params = {"owner": owner, "limit": limit, "offset": offset}

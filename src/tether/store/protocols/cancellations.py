@@ -15,6 +15,7 @@ class CancellationStore(Protocol):
     async def create_cancellation(
         self,
         cancellation_id: str,
+        *,
         job_id: int,
         request_id: str | None,
         reason: str | None,
@@ -27,6 +28,7 @@ class CancellationStore(Protocol):
     async def update_cancellation(
         self,
         cancellation_id: str,
+        *,
         status: str,
         steps: list[dict[str, object]],
         result: dict[str, object] | None,
@@ -47,17 +49,17 @@ class CancellationStore(Protocol):
         """The cancellation record of a job, or with a request id."""
 
     async def list_cancellations(
-        self, limit: int, offset: int, status: str | None = None
+        self, *, limit: int, offset: int, status: str | None = None
     ) -> list[CancellationRow]:
         """Cancellation records, newest first (only those with ``status``, if given)."""
 
     async def list_stale_cancellations(
-        self, older_than: float, limit: int
+        self, *, older_than: float, limit: int
     ) -> list[CancellationRow]:
         """Records not settled yet that were started more than ``older_than`` seconds ago
         (database time), oldest first."""
 
     async def list_owned_cancellations(
-        self, owner: str, limit: int, offset: int
+        self, owner: str, *, limit: int, offset: int
     ) -> list[CancellationRow]:
         """Cancellation records of the jobs ``owner`` enqueued, newest first."""

@@ -358,7 +358,7 @@ class CancellationRecordOut(BaseModel):
             status=rec.status,
             settled=rec.settled,
             steps=[Step.of(s) for s in rec.steps],
-            result=rec.result,
+            result=rec.result.to_json() if rec.result is not None else None,
             error=rec.error,
             completed_at=rec.completed_at,
         )

@@ -236,11 +236,7 @@ async def cancellation_status(
         await caller.app.wait_cancelled(job_id, deadline - loop.time())
         record = await caller.app.cancellation(job_id)
         job = await caller.app.get(job_id)
-    errors: list[str] = []
-    if record is not None:
-        errors = list((record.result or {}).get("errors", [])) or (
-            [record.error] if record.error else []
-        )
+    errors = record.errors if record is not None else []
     status = CancellationStatus(
         job_id=job.id,
         state=job.state,
