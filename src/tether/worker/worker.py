@@ -109,9 +109,7 @@ class Worker:
         """Register, then start the background services (``services=False`` leaves them
         to the caller's ``run_once()`` calls, as tests do)."""
         self._store = await self.app.store()
-        listen = getattr(self._store, "listen", None)
-        if listen is not None:
-            await listen()
+        await self._store.listen()
         await self._store.register_worker(
             self.id,
             self.config.name,
