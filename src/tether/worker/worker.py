@@ -43,7 +43,7 @@ from tether.worker.heartbeater import Heartbeater
 from tether.worker.outcome import Attempt, Ending, decide, unfit_arguments, unstarted
 from tether.worker.ramp import Ramp
 from tether.worker.run import Run, beat
-from tether.worker.threads import HandlerThreads
+from tether.worker.threads import EXIT_RESTART, HandlerThreads
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -70,7 +70,13 @@ class Worker:
         self.running: dict[int, Run] = {}
         self.stopping = False
         self._store: Store | None = None
-        self.threads = HandlerThreads(self)
+        self.threads = HandlerThreads(
+            self,
+            tasks=app.tasks,
+            concurrency=self.concurrency,
+            max_abandoned=config.max_abandoned_threads,
+            record=lambda abandoned, full: self.store.set_worker_threads(self.id, abandoned, full),
+        )
         #: What the process should exit with: EXIT_RESTART once it stopped itself.
         self.exit_code = 0
         self._services: list[Service] = []
@@ -121,8 +127,25 @@ class Worker:
             tasks=self.task_names,
             schedules=sorted(self.app.schedules),
         )
-        self.claimer = Claimer(self)
-        self.heartbeater = Heartbeater(self)
+        self.heartbeater = Heartbeater(
+            self._store,
+            self.id,
+            self.config,
+            self,
+            claiming=lambda: not self.claimer.idle.is_set(),
+            report_threads=self.threads.report,
+            recovered=self._database_back,
+        )
+        self.claimer = Claimer(
+            self._store,
+            self.id,
+            self.config,
+            self,
+            tasks=self.task_names,
+            healthy=lambda: self.heartbeater.healthy,
+            room=self.threads.room,
+            unthreaded=self.threads.unthreaded_task_names,
+        )
         self.completer = Completer(self._store, self.id)
         # Rescue, the cancellation follow-up, pruning and firing schedules run on one
         # maintenance leader at a time (every worker watches the beat counters).
@@ -588,8 +611,7 @@ class Worker:
             log.exception("job %s: internal error in the worker", job.id)
             self._forget(run)
         finally:
-            if not self.stopping:
-                self.claimer.wake()
+            self.claim_more()
 
     def _recorded(self, run: Run, outcome: Outcome, accepted: bool) -> None:
         job = run.job
@@ -676,8 +698,25 @@ class Worker:
             del self.running[run.job.id]
         if not self.running:
             self._idle.set()
+        self.claim_more()
+
+    def claim_more(self) -> None:
+        """A slot or a pool thread came free: claim again now, unless stopping."""
         if not self.stopping:
             self.claimer.wake()
+
+    def restart(self) -> None:
+        """Stop gracefully, for the supervisor to start a fresh worker in this one's
+        place (the process exits with :data:`~tether.worker.threads.EXIT_RESTART`)."""
+        self.exit_code = EXIT_RESTART
+        self.request_stop()
+
+    def _database_back(self) -> None:
+        """The database answers the heartbeat again: the loops that were backing off
+        try again now."""
+        for svc in self._services:
+            if svc is not self.heartbeater:
+                svc.wake()
 
     def _time_out(self, run: Run) -> None:
         run.timed_out = True
