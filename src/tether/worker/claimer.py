@@ -39,12 +39,7 @@ class Claimer(Service):
         room: Callable[[], int | None],
         unthreaded: Sequence[str],
     ) -> None:
-        super().__init__(
-            config.poll_interval,
-            max_consecutive_errors=config.max_consecutive_errors,
-            max_backoff=config.max_backoff,
-            logger=log,
-        )
+        super().__init__(config.poll_interval, backoff=config.backoff, logger=log)
         self.store = store
         self.worker_id = worker_id
         self.config = config

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import metrics
-from tether.config import WorkerConfig
+from tether.config import LoopBackoff, WorkerConfig
 from tether.service import Service
 from tether.store.protocols import LeaseStore
 from tether.worker.ports import Holder
@@ -21,6 +21,9 @@ from tether.worker.run import Run, beat
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
+# The heartbeat never backs off: every round is a chance to keep the leases, and one
+# that fails still fences the jobs that are due (_maybe_fence).
+NO_BACKOFF = LoopBackoff(after_errors=10**9)
 
 
 class Heartbeater(Service):
@@ -45,7 +48,7 @@ class Heartbeater(Service):
         report_threads: Callable[[], None],
         recovered: Callable[[], None],
     ) -> None:
-        super().__init__(config.heartbeat_interval, max_consecutive_errors=10**9, logger=log)
+        super().__init__(config.heartbeat_interval, backoff=NO_BACKOFF, logger=log)
         # Whether the last heartbeat was written. While it is not, the worker's row
         # looks stale, and a worker that also lost its session may be presumed dead any
         # moment: it claims nothing until a heartbeat gets through again.
@@ -133,7 +136,7 @@ class Heartbeater(Service):
         self.report_threads()  # in case the write made when it changed failed
         if self.errors:
             # The database answers again: the loops that were backing off (for up to
-            # max_backoff) try again now.
+            # their backoff's ceiling) try again now.
             self.recovered()
         for run in runs:
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
