@@ -13,8 +13,8 @@ from tether.ops import PruneReport
 from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.pruner")
-# Pruning runs once a minute by default (RetentionConfig.interval): a worker's ceiling of
-# 30 s would shorten its waits while it fails. So it keeps its own, a worker's too.
+# Pruning runs once a minute by default (RetentionConfig.interval), and a worker's 30 s
+# ceiling would shorten its waits while it fails: a worker's pruner keeps this one.
 BACKOFF = LoopBackoff(ceiling=300.0)
 
 Progress = Callable[[str, PruneReport], None]
