@@ -10,7 +10,6 @@ import os
 import weakref
 from collections.abc import (
     AsyncGenerator,
-    Awaitable,
     Callable,
     Coroutine,
     Iterable,
@@ -278,9 +277,7 @@ class App:
         """Connect this event loop's store now and, on PostgreSQL, listen for its
         notifications, so waits and feeds wake as soon as a job changes."""
         store = await self.store()
-        listen: Callable[[], Awaitable[None]] | None = getattr(store, "listen", None)
-        if listen is not None:
-            await listen()
+        await store.listen()
 
     @staticmethod
     def sqlite_file(url: str) -> str | None:

@@ -70,6 +70,35 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class LoopBackoff:
+    """How a background loop (a :class:`~tether.service.Service`) waits while its rounds
+    keep failing, the database being down, say: its usual interval until
+    ``after_errors`` rounds in a row have failed, then twice as long after each further
+    failure, up to ``ceiling`` seconds. A worker's loops share its
+    ``WorkerConfig.backoff``."""
+
+    after_errors: int = 3
+    ceiling: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.after_errors < 0:
+            raise ConfigError("backoff after_errors must not be negative")
+        _positive("backoff ceiling", self.ceiling)
+
+    def delay(self, interval: float, errors: int) -> float:
+        """Seconds until the next round of a loop run every ``interval`` seconds, after
+        ``errors`` failed rounds in a row."""
+        if errors < self.after_errors:
+            return interval
+        excess = errors - self.after_errors
+        return float(min(self.ceiling, interval * 2 ** (excess + 1)))
+
+
+#: What a loop backs off by unless told otherwise.
+DEFAULT_BACKOFF = LoopBackoff()
+
+
+@dataclass(frozen=True)
 class StoreRetry:
     """How a cancellation rides out a transient store fault (a ``StoreError``).
 
@@ -207,10 +236,9 @@ class WorkerConfig:
     # A claimed job whose handler has not started within this many seconds (its thread
     # pool is busy) goes back to the queue unstarted, without spending an attempt.
     handler_start_timeout: float = 10.0
-    # While the database keeps failing, loops back off exponentially after this many
-    # consecutive errors, up to max_backoff seconds between tries.
-    max_consecutive_errors: int = 3
-    max_backoff: float = 30.0
+    # While the database keeps failing, the worker's loops (claiming, rescue, the other
+    # maintenance services) back off exponentially by this.
+    backoff: LoopBackoff = DEFAULT_BACKOFF
     # Gradual start (off by default: 0). When on, the first job starts at once, jobs 2
     # to ramp_warm_jobs one per ramp_warm_interval, and the remaining slots open evenly
     # over ramp_window seconds.
@@ -266,9 +294,6 @@ class WorkerConfig:
             raise ConfigError("ramp settings must not be negative (ramp_warm_jobs >= 1)")
         if self.max_abandoned_threads is not None and self.max_abandoned_threads < 0:
             raise ConfigError("max_abandoned_threads must not be negative")
-        if self.max_consecutive_errors < 0:
-            raise ConfigError("max_consecutive_errors must not be negative")
-        _positive("max_backoff", self.max_backoff)
         if self.cancel_grace < 0 or self.self_fence_margin < 0:
             raise ConfigError("cancel_grace and self_fence_margin must not be negative")
         if self.lease_duration < 2 * self.heartbeat_interval + self.self_fence_margin:
@@ -335,9 +360,10 @@ class RetentionConfig:
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    """The maintenance leader: one worker at a time prunes, fires schedules and releases
-    blocked jobs that a missed workflow step left waiting (``release_interval``,
-    ``release_batch``: see :mod:`tether.maintenance.releaser`).
+    """The maintenance leader: one worker at a time rescues, follows up cancellations,
+    prunes, fires schedules, and releases pending workflow steps and the blocked jobs a
+    missed step left waiting (``release_interval``, ``release_batch``: see
+    :mod:`tether.maintenance.releaser`).
 
     Leadership is a lease row stamped with database time: the leader renews it every
     ``leader_renew_interval`` seconds for ``leader_ttl`` seconds. A leader that dies, is
@@ -348,8 +374,8 @@ class MaintenanceConfig:
 
     leader_ttl: float = 3.0
     leader_renew_interval: float = 1.0
-    # How long a maintenance statement (rescue, follow-up, leader, pruning, schedules)
-    # may wait for a row lock another client holds before its round gives up and tries
+    # How long a maintenance statement (rescue, follow-up, leader, pruning, schedules,
+    # releases) may wait for a row lock another client holds before its round gives up and tries
     # again next round. Their own rows are skipped when held (SKIP LOCKED); this bounds
     # what cannot skip (an upsert, a trigger's cascade).
     lock_wait: float = 1.0

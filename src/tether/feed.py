@@ -53,9 +53,7 @@ async def follow(
     feed starts with the next transition. Reads are at least ``min_gap`` seconds apart,
     however many hints arrive, and at most ``poll`` seconds apart.
     """
-    listen = getattr(store, "listen", None)
-    if listen is not None:
-        await listen()
+    await store.listen()
     loop = asyncio.get_running_loop()
     # Subscribe before the first read, so a transition in between still wakes us.
     with (

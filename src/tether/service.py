@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from tether.config import DEFAULT_BACKOFF, LoopBackoff
 from tether.store.driver import lock_wait
 
 
@@ -15,8 +16,8 @@ class Service:
     """Calls :meth:`run_once` every ``interval`` seconds until stopped.
 
     While ``run_once`` keeps failing (the database is down, say) the loop backs off
-    exponentially up to ``max_backoff`` once ``max_consecutive_errors`` have been seen,
-    and it logs the first failure, then at most one line per ``log_every`` seconds,
+    exponentially as its ``backoff`` says (:class:`~tether.config.LoopBackoff`), and it
+    logs the first failure, then at most one line per ``log_every`` seconds,
     then one line on recovery, so an outage cannot flood the logs.
     """
 
@@ -29,14 +30,12 @@ class Service:
         self,
         interval: float,
         *,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 30.0,
+        backoff: LoopBackoff = DEFAULT_BACKOFF,
         log_every: float = 30.0,
         logger: logging.Logger | None = None,
     ) -> None:
         self.interval = interval
-        self.max_consecutive_errors = max_consecutive_errors
-        self.max_backoff = max_backoff
+        self.backoff = backoff
         self.log_every = log_every
         self.errors = 0
         self._last_log = -1e9
@@ -77,10 +76,7 @@ class Service:
 
     def delay(self) -> float:
         """Seconds until the next round, given the recent errors."""
-        if self.errors < self.max_consecutive_errors:
-            return self.interval
-        excess = self.errors - self.max_consecutive_errors
-        return float(min(self.max_backoff, self.interval * 2 ** (excess + 1)))
+        return self.backoff.delay(self.interval, self.errors)
 
     async def run(self) -> None:
         """Loop until :meth:`stop`; never raises for a failed round."""

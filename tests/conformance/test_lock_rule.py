@@ -174,11 +174,11 @@ class Fleet:
         services: dict[str, Service] = {
             "heartbeat": w.heartbeater,
             "finish": self.completer,
-            "rescue": w.rescuer,
-            "leader": w.leader,
-            "follow-up": w.follow_up,
-            "prune": w.pruner,
-            "schedule": w.scheduler,
+            "rescue": w.maintenance.rescuer,
+            "leader": w.maintenance.leader,
+            "follow-up": w.maintenance.follow_up,
+            "prune": w.maintenance.pruner,
+            "schedule": w.maintenance.scheduler,
         }
         await services[duty].round()
 
@@ -219,8 +219,8 @@ async def fleet(pg_url: str) -> AsyncIterator[Fleet]:
     await worker.start(services=False)
     store = worker.store
     try:
-        await worker.leader.run_once()
-        await worker.scheduler.run_once()  # the schedule's row
+        await worker.maintenance.leader.run_once()
+        await worker.maintenance.scheduler.run_once()  # the schedule's row
         # Work for each duty: a running job to beat for, jobs to hand back, a dead
         # worker's job to rescue, an old finished job to prune, a partial cancellation.
         for _ in range(12):

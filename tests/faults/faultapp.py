@@ -37,6 +37,7 @@ import psycopg
 import tether
 from tests.faults import effects
 from tether import App, JobState, LeaseLostError, RetentionConfig, Worker, WorkerConfig
+from tether.config import LoopBackoff
 from tether.store.postgres import URL_SETTINGS
 
 # Worker settings for every scenario: a 3 s lease renewed every 0.5 s; dead processes
@@ -54,8 +55,7 @@ BASE_CONFIG: dict[str, Any] = {
     "cancel_grace": 0.3,
     "cancel_timeout": 1.0,
     "kill_timeout": 1.0,
-    "max_consecutive_errors": 3,
-    "max_backoff": 2.0,
+    "backoff": LoopBackoff(after_errors=3, ceiling=2.0),
 }
 SPIN_LIMIT = 120.0  # a CPU loop that nobody stops still ends by itself
 # Tasks that run the body of ``work`` (a fenced effect each): plain, rate-limited (the

@@ -716,7 +716,8 @@ async def test_pause_of_a_running_job_survives_its_worker_dying(app: App) -> Non
     await heir.start(services=False)  # may already rescue it while opening
 
     async def rescued() -> tether.Job | None:
-        await heir.rescuer.run_once()  # PostgreSQL: once this process leads maintenance
+        # PostgreSQL: once this process leads maintenance
+        await heir.maintenance.rescuer.run_once()
         return await _in_state(app, job.id, JobState.PAUSED)
 
     try:

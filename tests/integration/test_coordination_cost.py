@@ -135,11 +135,11 @@ async def test_only_the_maintenance_leader_rescues(pg_url: str) -> None:
         for worker in workers:
             await worker.start(services=False)
         first, second = workers
-        assert await first.leader.run_once() is True
-        assert await second.leader.run_once() is False
-        assert first.rescuer.due() and not second.rescuer.due()
+        assert await first.maintenance.leader.run_once() is True
+        assert await second.maintenance.leader.run_once() is False
+        assert first.maintenance.rescuer.due() and not second.maintenance.rescuer.due()
         # Its own pass still works when asked (a worker makes one as it starts).
-        assert await second.rescuer.run_once() == []
+        assert await second.maintenance.rescuer.run_once() == []
     finally:
         for worker in workers:
             await worker.stop()

@@ -337,7 +337,8 @@ async def test_slot_of_a_sigkilled_worker_is_freed_by_rescue_and_the_next_job_ru
         await heir.start(services=False)  # may already rescue it while opening
 
         async def rescued() -> tether.Job | None:
-            await heir.rescuer.run_once()  # PostgreSQL: once this process leads maintenance
+            # PostgreSQL: once this process leads maintenance
+            await heir.maintenance.rescuer.run_once()
             return await _in_state(app, first.id, JobState.RETRYING)
 
         try:

@@ -14,6 +14,7 @@ import tether
 from tests.helpers import eventually, fast_config
 from tests.pgcluster import PrivateCluster
 from tether import App, JobState, Worker
+from tether.config import LoopBackoff
 from tether.procinfo import hostname
 
 
@@ -106,7 +107,7 @@ async def test_claim_loop_backs_off_while_postgres_is_stopped_and_recovers(
     async def work(ctx: tether.JobContext) -> str:
         return "done"
 
-    worker = Worker(app, fast_config(poll_interval=0.05, max_consecutive_errors=2, max_backoff=0.8))
+    worker = Worker(app, fast_config(poll_interval=0.05, backoff=LoopBackoff(2, 0.8)))
     await worker.start()
     try:
         with caplog.at_level(logging.INFO, logger="tether"):

@@ -168,25 +168,25 @@ async def test_killing_the_leader_hands_over_and_the_next_tick_runs_once(
     for _ in range(2):
         w = Worker(apps(maintenance=maintenance), fast_config())
         await w.start(services=False)
-        w.scheduler.clock = clock
+        w.maintenance.scheduler.clock = clock
         workers.append(w)
     old, new = workers
-    assert await old.leader.run_once() and not await new.leader.run_once()
+    assert await old.maintenance.leader.run_once() and not await new.maintenance.leader.run_once()
     assert (await new.app.leader()).holder == old.id  # type: ignore[union-attr]
-    await old.scheduler.run_once()
-    assert await new.scheduler.run_once() == []  # not the leader: does nothing
+    await old.maintenance.scheduler.run_once()
+    assert await new.maintenance.scheduler.run_once() == []  # not the leader: does nothing
     # The leader is killed: it renews no more. Within the lease, another takes over.
     loop = asyncio.get_running_loop()
     killed = loop.time()
-    while not await new.leader.run_once():
+    while not await new.maintenance.leader.run_once():
         assert loop.time() - killed < 5.0, "no new leader within 5 s"
         await asyncio.sleep(0.05)
-    assert not old.leader.leading
+    assert not old.maintenance.leader.leading
     assert (await old.app.leader()).holder == new.id  # type: ignore[union-attr]
     clock.at(12, 5, 2)
-    await new.scheduler.run_once()
-    await old.scheduler.run_once()  # the old leader, if only frozen, acts no more
-    await new.scheduler.run_once()
+    await new.maintenance.scheduler.run_once()
+    await old.maintenance.scheduler.run_once()  # the old leader, if only frozen, acts no more
+    await new.maintenance.scheduler.run_once()
     assert keys(await scheduled_jobs(new.app)) == [key(12, 5)]
     for w in workers:
         await w.stop()

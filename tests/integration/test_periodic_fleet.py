@@ -65,7 +65,7 @@ class Fleet:
         queues = sorted({"default"} | {t.queue for t in app.tasks.values()})
         worker = Worker(app, fast_config(queues=queues))
         await worker.start(services=False)
-        worker.scheduler.clock = self.clock
+        worker.maintenance.scheduler.clock = self.clock
         self.workers.append(worker)
         return worker
 
@@ -73,7 +73,7 @@ class Fleet:
         """One scheduler round on every worker (only the leader fires)."""
         jobs = []
         for w in self.workers:
-            jobs.extend(await w.scheduler.run_once())
+            jobs.extend(await w.maintenance.scheduler.run_once())
         return jobs
 
     async def jobs(self) -> list[Job]:
@@ -117,7 +117,7 @@ def billing(app: App) -> None:
 
 
 async def lead(worker: Worker) -> None:
-    assert await worker.leader.run_once()
+    assert await worker.maintenance.leader.run_once()
 
 
 async def test_the_leader_fires_the_schedules_of_another_kind_of_worker(
@@ -126,7 +126,7 @@ async def test_the_leader_fires_the_schedules_of_another_kind_of_worker(
     leader = await fleet.worker(reports)
     other = await fleet.worker(billing)
     await lead(leader)
-    assert not await other.leader.run_once()
+    assert not await other.maintenance.leader.run_once()
     assert await fleet.round() == []  # both record their schedules; nothing is due
     tick = START.replace(minute=5, microsecond=0)
     fleet.clock.now = tick + timedelta(seconds=1)
@@ -162,7 +162,7 @@ async def test_a_schedule_added_by_a_rolling_deploy_fires_under_the_old_leader(
 
     fleet.clock.step(60)
     new = await fleet.worker(newer)
-    assert not await new.leader.run_once()
+    assert not await new.maintenance.leader.run_once()
     await fleet.round()
     tick = START.replace(minute=5, microsecond=0)
     fleet.clock.now = tick + timedelta(seconds=2)
@@ -252,14 +252,14 @@ async def test_a_per_second_schedule_loses_no_tick_through_a_leader_handover(
     a = await fleet.worker(beats)
     b = await fleet.worker(beats)
     await lead(a)
-    assert not await b.leader.run_once()
+    assert not await b.maintenance.leader.run_once()
     await fleet.round()  # at 12:00:00.3
     # A healthy leader whose rounds drift: one tick, then two in one round.
     for step in (1.0, 1.0, 2.0, 0.6, 1.4):
         fleet.clock.step(step)
         await fleet.round()
     # The leader dies; the handover takes 4 s (no scheduler runs meanwhile).
-    await a.leader.resign()
+    await a.maintenance.leader.resign()
     fleet.clock.step(4.0)
     await lead(b)
     await fleet.round()
@@ -301,9 +301,9 @@ async def test_a_held_schedule_row_stalls_neither_declarations_nor_ticks(pg_url:
             fleet.clock.step(2.0)
             # A new worker with its own definition of the name: recorded later.
             b = await fleet.worker(beats_every_other_second)
-            assert await asyncio.wait_for(b.scheduler.register(), 5) == ["beat"]
+            assert await asyncio.wait_for(b.maintenance.scheduler.register(), 5) == ["beat"]
             # The leader's round enqueues the ticks without waiting on the row.
-            first = await asyncio.wait_for(a.scheduler.run_once(), 5)
+            first = await asyncio.wait_for(a.maintenance.scheduler.run_once(), 5)
             assert keyed(first, "schedule:beat") == [key("beat", second(n)) for n in (1, 2)]
             [row] = await a.app.list_schedules()
             assert row.last_tick == START  # its bookkeeping waits for the next round

@@ -20,7 +20,7 @@ async def test_a_worker_taking_over_from_a_frozen_leader_rescues_at_once(
     now = [0.0]
     leader = await workers(services=False)
     heir = await workers(services=False)
-    heir.rescuer.clock = lambda: now[0]
+    heir.maintenance.rescuer.clock = lambda: now[0]
     store = await app.store()
 
     # A worker of another host that beat once and then fell silent (its process cannot
@@ -31,11 +31,11 @@ async def test_a_worker_taking_over_from_a_frozen_leader_rescues_at_once(
     assert claimed.id == job.id
     await store.heartbeat("silent", [Beat(job.id, claimed.lease_token)], 60)
 
-    assert await leader.leader.run_once()
-    assert not await heir.leader.run_once()
-    await heir.rescuer.round()  # not leading: it only watches
+    assert await leader.maintenance.leader.run_once()
+    assert not await heir.maintenance.leader.run_once()
+    await heir.maintenance.rescuer.round()  # not leading: it only watches
     now[0] = 61.0  # a lease and more by the heir's monotonic clock, no beat meanwhile
-    await heir.rescuer.round()
+    await heir.maintenance.rescuer.round()
     assert (await app.get(job.id)).state is JobState.RUNNING
 
     # The leader freezes: its lease row runs out, the heir takes the lead and rescues
@@ -47,7 +47,7 @@ async def test_a_worker_taking_over_from_a_frozen_leader_rescues_at_once(
         db.execute(f"UPDATE tether_leaders SET expires_at = expires_at - {hour}")
     finally:
         db.close()
-    assert await heir.leader.run_once()
-    await heir.rescuer.round()
+    assert await heir.maintenance.leader.run_once()
+    await heir.maintenance.rescuer.round()
     rescued = await app.get(job.id)
     assert rescued.state is JobState.RETRYING, rescued

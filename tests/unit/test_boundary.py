@@ -1,5 +1,6 @@
-"""The storage boundary: the web layer and the CLI reach data only through the App or a
-named service, never the store itself; the store's protocols make up ``Store``."""
+"""The boundaries: the web layer and the CLI reach data only through the App or a named
+service, never the store itself; the store's protocols make up ``Store``; the worker's
+parts reach the worker only through their ports, never its module."""
 
 from __future__ import annotations
 
@@ -115,3 +116,54 @@ def test_a_store_implements_every_protocol() -> None:
     for part in PARTS:
         assert isinstance(store, part), part.__name__
     assert isinstance(store, Store)
+
+
+def worker_reaches(source: str) -> list[str]:
+    """Where ``source`` imports the Worker's module, or the package that re-exports it
+    (under ``TYPE_CHECKING`` too: a type is a dependency all the same)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if node.level == 0 else [f".{node.module or ''}"]
+        found += [
+            f"line {node.lineno}: {name}"
+            for name in names
+            if name in ("tether.worker", "tether.worker.worker", ".worker")
+        ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from tether.worker.worker import Worker",
+        "if TYPE_CHECKING:\n    from tether.worker.worker import Worker",
+        "import tether.worker.worker",
+        "from tether.worker import Worker",
+        "from .worker import Worker",
+    ],
+)
+def test_the_check_finds_an_import_of_the_worker(source: str) -> None:
+    assert worker_reaches(source)
+
+
+def test_the_check_leaves_the_parts_imports_alone() -> None:
+    assert (
+        worker_reaches("from tether.worker.ports import Launcher\nimport tether.worker.run") == []
+    )
+
+
+WORKER_PARTS = sorted(
+    p for p in (PACKAGE / "worker").glob("*.py") if p.name not in ("worker.py", "__init__.py")
+)
+
+
+@pytest.mark.parametrize("path", WORKER_PARTS, ids=lambda p: p.name)
+def test_the_worker_parts_never_import_the_worker(path: Path) -> None:
+    assert worker_reaches(path.read_text("utf-8")) == [], (
+        f"worker/{path.name} reaches for the Worker: give it a port (worker/ports.py) "
+        "or a callable for what it needs instead"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether import ConfigError, RetryPolicy, WorkerConfig
+from tether.config import LoopBackoff
 
 
 def test_default_worker_settings_recover_a_killed_job_within_15_seconds() -> None:
@@ -54,3 +55,14 @@ def test_jitter_spreads_delays_within_bounds() -> None:
 def test_invalid_retry_policies_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         RetryPolicy(**bad)
+
+
+@pytest.mark.parametrize("bad", [{"after_errors": -1}, {"ceiling": 0}])
+def test_invalid_loop_backoff_is_refused(bad: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        LoopBackoff(**bad)  # type: ignore[arg-type]
+
+
+def test_loop_backoff_doubles_the_interval_past_the_threshold_up_to_its_ceiling() -> None:
+    backoff = LoopBackoff(after_errors=1, ceiling=4.0)
+    assert [backoff.delay(1.0, n) for n in range(5)] == [1.0, 2.0, 4.0, 4.0, 4.0]

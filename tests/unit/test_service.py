@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from tether.config import LoopBackoff
 from tether.service import Service
 
 
@@ -14,7 +15,7 @@ class Flaky(Service):
     name = "flaky"
 
     def __init__(self, fail_times: int) -> None:
-        super().__init__(0.001, max_consecutive_errors=2, max_backoff=0.004, log_every=3600)
+        super().__init__(0.001, backoff=LoopBackoff(2, 0.004), log_every=3600)
         self.fail_times = fail_times
         self.calls = 0
 
@@ -27,7 +28,7 @@ class Flaky(Service):
 
 
 def test_delay_backs_off_exponentially_after_the_threshold() -> None:
-    svc = Service(1.0, max_consecutive_errors=2, max_backoff=30)
+    svc = Service(1.0, backoff=LoopBackoff(after_errors=2, ceiling=30))
     delays = []
     for errors in range(7):
         svc.errors = errors

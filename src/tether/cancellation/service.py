@@ -383,9 +383,7 @@ class CancellationService:
         no longer holds is never reported as current; a record whose canceller is gone
         is settled from the job states once it is older than the adoption bound.
         """
-        listen = getattr(self.store, "listen", None)
-        if listen is not None:
-            await listen()
+        await self.store.listen()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         with self.store.hints.subscribe(h.CHANGED, [str(job_id)]) as sub:

@@ -331,5 +331,5 @@ def _leader_line(leader: LeaderInfo | None) -> Text:
             "another worker takes it within seconds)",
             style="yellow",
         )
-    duties = "rescues, follows up cancellations, prunes, fires schedules"
+    duties = "rescues, follows up cancellations, prunes, fires schedules, releases workflow steps"
     return Text(f"maintenance leader: {leader.holder} ({duties})")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 
 from tether.cancellation import CancellationService
-from tether.maintenance.leader import LeaderElection
-from tether.service import Service
+from tether.config import DEFAULT_BACKOFF, LoopBackoff
+from tether.maintenance.leader import Duty, LeaderElection
 
 log = logging.getLogger("tether.follow_up")
 
 
-class CancellationFollowUp(Service):
+class CancellationFollowUp(Duty):
     """Each round, settles the records nobody settled within the adoption bound (see
     :meth:`CancellationService.adopt_stale`), then completes the ``partial`` records whose
     still-running jobs have stopped since (see :meth:`CancellationService.follow_up`).
@@ -33,22 +33,11 @@ class CancellationFollowUp(Service):
         cancellations: CancellationService,
         *,
         interval: float,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 30.0,
         leader: LeaderElection | None = None,
+        backoff: LoopBackoff = DEFAULT_BACKOFF,
     ) -> None:
-        super().__init__(
-            interval,
-            max_consecutive_errors=max_consecutive_errors,
-            max_backoff=max_backoff,
-            logger=log,
-        )
+        super().__init__(interval, leader=leader, backoff=backoff, logger=log)
         self.cancellations = cancellations
-        self.leader = leader
-
-    def due(self) -> bool:
-        """Only the maintenance leader follows up (always, without a leader)."""
-        return self.leader is None or self.leader.leading
 
     async def run_once(self) -> list[str]:
         """One round; returns the ids of the records settled or completed."""

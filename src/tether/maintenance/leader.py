@@ -1,6 +1,6 @@
-"""The maintenance leader: one worker at a time rescues, follows up cancellations, prunes
-and fires schedules (every worker watches the heartbeat counters meanwhile; see
-:class:`~tether.maintenance.rescuer.BeatWatch`).
+"""The maintenance leader: one worker at a time rescues, follows up cancellations, prunes,
+fires schedules and releases pending workflow steps (every worker watches the heartbeat
+counters meanwhile; see :class:`~tether.maintenance.rescuer.BeatWatch`).
 
 Leadership is a lease row (``tether_leaders``) stamped with database time, on both
 stores. A PostgreSQL advisory lock would need a session held open by the leader, and a
@@ -9,9 +9,11 @@ the kernel keeps the socket: nobody would take over. A lease row simply runs out
 also costs no connection: the renewal is one short statement from the worker's pool.
 
 Two leaders can still overlap briefly (a leader frozen between its check and its
-action, or clocks that disagree on SQLite). The duties are safe under overlap: a
-schedule tick enqueues with an idempotency key, and pruning deletes only rows that are
-prunable whoever looks. The lease keeps the work, not the correctness, on one worker.
+action, or clocks that disagree on SQLite). The duties are safe under overlap: a rescue
+is fenced and row-locked, a follow-up write names the status it expects, a schedule
+tick enqueues with an idempotency key, pruning deletes only rows that are prunable
+whoever looks, and a release is a workflow step that checks its rows again under their
+locks. The lease keeps the work, not the correctness, on one worker.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 
+from tether.config import DEFAULT_BACKOFF, LoopBackoff
 from tether.ops import MAINTENANCE, LeaderInfo
 from tether.service import Service
 from tether.store.protocols import MaintenanceStore
@@ -44,15 +47,9 @@ class LeaderElection(Service):
         *,
         ttl: float,
         interval: float,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 30.0,
+        backoff: LoopBackoff = DEFAULT_BACKOFF,
     ) -> None:
-        super().__init__(
-            interval,
-            max_consecutive_errors=max_consecutive_errors,
-            max_backoff=max_backoff,
-            logger=log,
-        )
+        super().__init__(interval, backoff=backoff, logger=log)
         self.store = store
         self.holder = holder
         self.ttl = ttl
@@ -77,7 +74,11 @@ class LeaderElection(Service):
         self.current = info
         self._until = sent + self.ttl if info.holder == self.holder else 0.0
         if self.leading and not was:
-            log.info("worker %s now leads maintenance (pruning, schedules)", self.holder)
+            log.info(
+                "worker %s now leads maintenance (rescue, cancellation follow-up, pruning, "
+                "schedules, workflow releases)",
+                self.holder,
+            )
         elif was and not self.leading:
             log.warning("worker %s lost the maintenance lead to %s", self.holder, info.holder)
         return self.leading
@@ -89,3 +90,28 @@ class LeaderElection(Service):
             self._until = 0.0
             await self.store.resign(MAINTENANCE, self.holder)
             log.info("worker %s resigned the maintenance lead", self.holder)
+
+
+class Duty(Service):
+    """A maintenance service: with a ``leader``, its rounds are the maintenance leader's
+    alone (every worker runs it, the leader acts); without one (a test, a command),
+    every round acts."""
+
+    def __init__(
+        self,
+        interval: float,
+        *,
+        leader: LeaderElection | None,
+        backoff: LoopBackoff,
+        logger: logging.Logger,
+    ) -> None:
+        super().__init__(interval, backoff=backoff, logger=logger)
+        self.leader = leader
+
+    def leads(self) -> bool:
+        """Whether this worker acts now: it leads, or there is no leader."""
+        return self.leader is None or self.leader.leading
+
+    def due(self) -> bool:
+        """Only the maintenance leader acts (always, without a leader)."""
+        return self.leads()

@@ -7,20 +7,22 @@ import logging
 from collections.abc import Callable, Sequence
 
 from tether import metrics
-from tether.config import RetentionConfig
-from tether.maintenance.leader import LeaderElection
+from tether.config import LoopBackoff, RetentionConfig
+from tether.maintenance.leader import Duty, LeaderElection
 from tether.ops import PruneReport
-from tether.service import Service
 from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.pruner")
+# Pruning runs once a minute by default (RetentionConfig.interval), and a worker's 30 s
+# ceiling would shorten its waits while it fails: a worker's pruner keeps this one.
+BACKOFF = LoopBackoff(ceiling=300.0)
 
 Progress = Callable[[str, PruneReport], None]
 """Called after every batch with what it was about (a state, ``audit`` or ``workers``)
 and the running totals."""
 
 
-class Pruner(Service):
+class Pruner(Duty):
     """Each round, deletes what outlived its retention (see :class:`RetentionConfig`),
     in batches of ``batch_size`` rows, one short transaction each.
 
@@ -37,22 +39,15 @@ class Pruner(Service):
         retention: RetentionConfig,
         *,
         leader: LeaderElection | None = None,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 300.0,
+        backoff: LoopBackoff = BACKOFF,
     ) -> None:
-        super().__init__(
-            retention.interval,
-            max_consecutive_errors=max_consecutive_errors,
-            max_backoff=max_backoff,
-            logger=log,
-        )
+        super().__init__(retention.interval, leader=leader, backoff=backoff, logger=log)
         self.store = store
         self.retention = retention
-        self.leader = leader
 
     async def run_once(self) -> PruneReport | None:
         """One round; returns what was deleted (``None``: not the leader)."""
-        if self.leader is not None and not self.leader.leading:
+        if not self.leads():
             return None
         report = await self.prune()
         if report.total:

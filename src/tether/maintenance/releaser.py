@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 
-from tether.maintenance.leader import LeaderElection
-from tether.service import Service
+from tether.config import LoopBackoff
+from tether.maintenance.leader import Duty, LeaderElection
 from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.releaser")
+# The backoff of a releaser built alone; a worker's shares the worker's backoff.
+BACKOFF = LoopBackoff(ceiling=60.0)
 
 
-class Releaser(Service):
+class Releaser(Duty):
     """Each round, runs again up to ``batch_size`` pending workflow steps, looks at the
     next ``batch_size`` blocked jobs (through the index by state) and releases those
     that wait on something that has already happened; the cursor wraps around at the
@@ -39,23 +41,12 @@ class Releaser(Service):
         interval: float,
         batch_size: int = 500,
         leader: LeaderElection | None = None,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 60.0,
+        backoff: LoopBackoff = BACKOFF,
     ) -> None:
-        super().__init__(
-            interval,
-            max_consecutive_errors=max_consecutive_errors,
-            max_backoff=max_backoff,
-            logger=log,
-        )
+        super().__init__(interval, leader=leader, backoff=backoff, logger=log)
         self.store = store
         self.batch_size = batch_size
-        self.leader = leader
         self._after = 0
-
-    def due(self) -> bool:
-        """Only the maintenance leader sweeps (always, without a leader)."""
-        return self.leader is None or self.leader.leading
 
     async def run_once(self) -> list[int]:
         """One batch; returns the ids of the jobs whose pending steps ran again and of the

@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable, Mapping
 
 from tether import metrics
+from tether.config import DEFAULT_BACKOFF, LoopBackoff
 from tether.job import Job
-from tether.maintenance.leader import LeaderElection
+from tether.maintenance.leader import Duty, LeaderElection
 from tether.procinfo import process_gone
-from tether.service import Service
 from tether.store.protocols import MaintenanceStore
 
 log = logging.getLogger("tether.rescuer")
@@ -63,7 +63,7 @@ class BeatWatch:
         }
 
 
-class Rescuer(Service):
+class Rescuer(Duty):
     """Each round:
 
     1. reads every live worker's beat counter (:class:`BeatWatch`);
@@ -97,29 +97,18 @@ class Rescuer(Service):
         *,
         interval: float,
         session_grace: float,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 30.0,
         leader: LeaderElection | None = None,
         lease: float = DEFAULT_LEASE,
         clock: Callable[[], float] = time.monotonic,
+        backoff: LoopBackoff = DEFAULT_BACKOFF,
     ) -> None:
-        super().__init__(
-            interval,
-            max_consecutive_errors=max_consecutive_errors,
-            max_backoff=max_backoff,
-            logger=log,
-        )
+        super().__init__(interval, leader=leader, backoff=backoff, logger=log)
         self.store = store
         self.session_grace = session_grace
-        self.leader = leader
         self.lease = lease
         #: The monotonic clock the counts are watched by (a test may pass its own).
         self.clock = clock
         self.watch = BeatWatch()
-
-    def due(self) -> bool:
-        """Only the maintenance leader rescues (always, without a leader)."""
-        return self.leader is None or self.leader.leading
 
     async def off_duty(self) -> None:
         """Not leading: keep watching the counters, so as to act at once on taking over."""

@@ -9,12 +9,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from tether import metrics
+from tether.config import DEFAULT_BACKOFF, LoopBackoff
 from tether.errors import ConfigError
 from tether.job import Job, NewJob
-from tether.maintenance.leader import LeaderElection
+from tether.maintenance.leader import Duty, LeaderElection
 from tether.ops import ScheduleRow
 from tether.periodic import Schedule
-from tether.service import Service
 from tether.store.protocols import JobStore, ScheduleStore
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class SchedulerStore(JobStore, ScheduleStore, Protocol):
     """What the scheduler touches: the schedules, and the jobs it enqueues for them."""
 
 
-class Scheduler(Service):
+class Scheduler(Duty):
     """Each round, on every worker, first records the app's schedules in the database
     if that is still to do (:meth:`register`); then, on the maintenance leader only, for
     every schedule in the database, enqueues the ticks that came due since its
@@ -57,24 +57,22 @@ class Scheduler(Service):
         leader: LeaderElection | None = None,
         holder: str | None = None,
         clock: Callable[[], datetime] | None = None,
-        max_consecutive_errors: int = 3,
-        max_backoff: float = 30.0,
+        backoff: LoopBackoff = DEFAULT_BACKOFF,
     ) -> None:
-        super().__init__(
-            interval,
-            max_consecutive_errors=max_consecutive_errors,
-            max_backoff=max_backoff,
-            logger=log,
-        )
+        super().__init__(interval, leader=leader, backoff=backoff, logger=log)
         self.app = app
         self.store = store
-        self.leader = leader
         self.holder = holder
         self.clock = clock
         # The names still to record (None: not tried yet).
         self._pending: set[str] | None = None
         # Each definition read from the database, parsed once: name -> (text, parsed).
         self._loaded: dict[str, tuple[str, tuple[Schedule, NewJob] | None]] = {}
+
+    def due(self) -> bool:
+        """Every worker's rounds run: recording the app's schedules is every worker's
+        (firing them is the leader's alone, see :meth:`run_once`)."""
+        return True
 
     async def _now(self) -> datetime:
         return self.clock() if self.clock is not None else await self.store.db_time()
@@ -113,7 +111,7 @@ class Scheduler(Service):
         """One round; returns the jobs enqueued (``[]`` when not the leader)."""
         if self.app.schedules and (self._pending is None or self._pending):
             await self.register()
-        if self.leader is not None and not self.leader.leading:
+        if not self.leads():
             return []
         rows = await self.store.list_schedules()
         if not rows:

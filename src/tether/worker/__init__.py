@@ -11,14 +11,17 @@ One worker is one asyncio loop with a few small services:
   what each attempt's end means (retry, fail, release) is decided in :mod:`.outcome`;
 - the handler threads (:mod:`.threads`) run thread handlers and account for the
   abandoned ones that still hold a pool thread;
-- the rescuer (maintenance) recovers other workers' zombie jobs;
-- the cancellation follow-up (maintenance) completes records that settled while their
-  job still ran.
+- the maintenance services (:func:`tether.maintenance.build_maintenance`, one unit):
+  on the maintenance leader they rescue other workers' zombie jobs, follow up
+  cancellations, prune, fire schedules and release pending workflow steps.
 
-:class:`Worker` (:mod:`.worker`) composes them. No task per job is spent on heartbeats,
-nor on waiting for the handler: an async handler is the job's only task, and everything
-after it runs in callbacks. A slot is free once its handler has ended; the outcome is
-written while the next job already runs.
+:class:`Worker` (:mod:`.worker`) composes them. The parts never hold the worker: each
+gets its narrow port (:mod:`.ports`) and callables for what it needs of its siblings.
+
+No task per job is spent on heartbeats, nor on waiting for the handler: an async
+handler is the job's only task, and everything after it runs in callbacks. A slot is
+free once its handler has ended; the outcome is written while the next job already
+runs.
 """
 
 from tether.worker.claimer import Claimer

@@ -4,33 +4,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
+from tether.config import WorkerConfig
 from tether.errors import StoreError
 from tether.service import Service
+from tether.store.protocols import LeaseStore
+from tether.worker.ports import Launcher
 from tether.worker.ramp import Ramp
-
-if TYPE_CHECKING:
-    from tether.worker.worker import Worker
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
 
 
 class Claimer(Service):
-    """Leases jobs while slots are free (and, during a gradual start, the ramp allows)."""
+    """Leases jobs while slots are free (and, during a gradual start, the ramp allows).
+
+    ``tasks`` are the worker's; ``healthy()`` says whether the last heartbeat was
+    written; ``room()`` counts the pool threads free for thread jobs (``None``: the app
+    has none), and ``unthreaded`` names the tasks that need no thread.
+    """
 
     name = "claimer"
 
-    def __init__(self, worker: Worker) -> None:
-        cfg = worker.config
-        super().__init__(
-            cfg.poll_interval,
-            max_consecutive_errors=cfg.max_consecutive_errors,
-            max_backoff=cfg.max_backoff,
-            logger=log,
-        )
+    def __init__(
+        self,
+        store: LeaseStore,
+        worker_id: str,
+        config: WorkerConfig,
+        worker: Launcher,
+        *,
+        tasks: Sequence[str],
+        healthy: Callable[[], bool],
+        room: Callable[[], int | None],
+        unthreaded: Sequence[str],
+    ) -> None:
+        super().__init__(config.poll_interval, backoff=config.backoff, logger=log)
+        self.store = store
+        self.worker_id = worker_id
+        self.config = config
         self.worker = worker
+        self.tasks = list(tasks)
+        self.healthy = healthy
+        self.room = room
+        self.unthreaded = list(unthreaded)
         self.claimed = 0
         self.ramp: Ramp | None = None
         self.started = asyncio.get_running_loop().time()
@@ -53,7 +70,7 @@ class Claimer(Service):
         free = w.free_slots()
         if w.stopping or free <= 0:
             return 0
-        if not w.heartbeater.healthy:
+        if not self.healthy():
             # The worker's row looks stale while its heartbeats fail, and once its
             # session is gone too it may be presumed dead at any moment: what it claimed
             # would be rescued while it ran. A failed round, so the loop backs off.
@@ -65,19 +82,19 @@ class Claimer(Service):
             self.idle.set()
 
     async def _claim(self, free: int) -> int:
-        w = self.worker
-        tasks = w.task_names
-        room = w.threads.room()
+        w, config = self.worker, self.config
+        tasks = self.tasks
+        room = self.room()
         if room is not None and room < free:
             # Never claim a thread job that would wait for a thread: abandoned handlers
             # may hold the pool for good.
             if room > 0:
                 free = room
-            elif w.threads.unthreaded_task_names:
-                tasks = w.threads.unthreaded_task_names
+            elif self.unthreaded:
+                tasks = self.unthreaded
             else:
                 return 0
-        limit = min(free, w.config.claim_batch)
+        limit = min(free, config.claim_batch)
         if self.ramp is not None:
             allowed = self.ramp.allowed(asyncio.get_running_loop().time() - self.started)
             if allowed is None:
@@ -89,7 +106,7 @@ class Claimer(Service):
         # With room for more than one batch, two claims go out at once (on PostgreSQL,
         # two connections; SKIP LOCKED keeps their jobs apart): a claim's round trip,
         # not the database, is what a fast drain waits on.
-        batch = w.config.claim_batch
+        batch = config.claim_batch
         if free <= batch or self.ramp is not None:
             sizes = [limit]
         else:
@@ -97,7 +114,7 @@ class Claimer(Service):
         sent = asyncio.get_running_loop().time()
         rounds = await asyncio.gather(
             *(
-                w.store.claim(w.id, w.config.queues, tasks, size, w.config.lease_duration)
+                self.store.claim(self.worker_id, config.queues, tasks, size, config.lease_duration)
                 for size in sizes
             ),
             return_exceptions=True,

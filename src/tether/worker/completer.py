@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from tether.config import LoopBackoff
 from tether.errors import RowLocked
 from tether.job import Finished, Outcome
 from tether.service import Service
@@ -15,6 +16,9 @@ from tether.store import Store
 log = logging.getLogger("tether.worker")
 #: Told whether the store accepted an outcome (its lease still held).
 Recorded = Callable[[bool], None]
+# A finishing job waits on the completer: it backs off after the first failure, but
+# never for more than a few seconds.
+BACKOFF = LoopBackoff(after_errors=1, ceiling=5.0)
 
 
 class Completer(Service):
@@ -23,7 +27,7 @@ class Completer(Service):
     name = "completer"
 
     def __init__(self, store: Store, worker_id: str) -> None:
-        super().__init__(1.0, max_consecutive_errors=1, max_backoff=5.0, logger=log)
+        super().__init__(1.0, backoff=BACKOFF, logger=log)
         self.store = store
         self.worker_id = worker_id
         self.pending: list[tuple[Outcome, Recorded | None]] = []

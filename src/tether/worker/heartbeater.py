@@ -9,32 +9,57 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from tether import metrics
+from tether.config import LoopBackoff, WorkerConfig
 from tether.service import Service
+from tether.store.protocols import LeaseStore
+from tether.worker.ports import Holder
 from tether.worker.run import Run, beat
-
-if TYPE_CHECKING:
-    from tether.worker.worker import Worker
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
+# The heartbeat never backs off: every round is a chance to keep the leases, and one
+# that fails still fences the jobs that are due (_maybe_fence).
+NO_BACKOFF = LoopBackoff(after_errors=10**9)
 
 
 class Heartbeater(Service):
-    """One write per interval for every lease this worker holds."""
+    """One write per interval for every lease this worker holds.
+
+    ``claiming()`` says whether a claim is out (its jobs may be missing from
+    ``running`` yet); ``report_threads()`` writes the pool's state again if its last
+    write failed; ``recovered()`` wakes the worker's other loops once the database
+    answers again.
+    """
 
     name = "heartbeat"
 
-    def __init__(self, worker: Worker) -> None:
-        cfg = worker.config
-        super().__init__(cfg.heartbeat_interval, max_consecutive_errors=10**9, logger=log)
+    def __init__(
+        self,
+        store: LeaseStore,
+        worker_id: str,
+        config: WorkerConfig,
+        worker: Holder,
+        *,
+        claiming: Callable[[], bool],
+        report_threads: Callable[[], None],
+        recovered: Callable[[], None],
+    ) -> None:
+        super().__init__(config.heartbeat_interval, backoff=NO_BACKOFF, logger=log)
         # Whether the last heartbeat was written. While it is not, the worker's row
         # looks stale, and a worker that also lost its session may be presumed dead any
         # moment: it claims nothing until a heartbeat gets through again.
         self.healthy = True
+        self.store = store
+        self.worker_id = worker_id
+        self.config = config
         self.worker = worker
+        self.claiming = claiming
+        self.report_threads = report_threads
+        self.recovered = recovered
         self.last_ok = asyncio.get_running_loop().time()
         self.fenced = False
         #: Whether the last beat found the worker's row held by another session.
@@ -51,7 +76,7 @@ class Heartbeater(Service):
         sent = loop.time()
         # A stalled or blackholed connection must not keep us waiting past the moment
         # we have to stop our jobs: another worker may take them once the leases end.
-        timeout = max(1.0, w.config.heartbeat_interval)
+        timeout = max(1.0, self.config.heartbeat_interval)
         first = min((self.fence_point(r) for r in runs), default=None)
         if first is not None and first > sent:
             timeout = min(timeout, first - sent)
@@ -65,12 +90,14 @@ class Heartbeater(Service):
         # a running job of ours missing from this list is one we dropped (a job claimed
         # later is younger than this beat's predecessor, which the rescue checks). While
         # a claim is out the list may lack its jobs: say nothing then.
-        holding = list(w.running) if w.claimer.idle.is_set() else None
+        holding = None if self.claiming() else list(w.running)
         # Numbered: a call given up on below may still land after later ones, and must
         # not then count, nor write its older ``holding`` over theirs.
         self.seq += 1
         call = asyncio.ensure_future(
-            w.store.heartbeat(w.id, beats, w.config.lease_duration, holding, self.seq)
+            self.store.heartbeat(
+                self.worker_id, beats, self.config.lease_duration, holding, self.seq
+            )
         )
         call.add_done_callback(_retrieve)
         try:
@@ -106,13 +133,11 @@ class Heartbeater(Service):
         self.healthy = True
         if not res.counted:
             self._maybe_fence()
-        w.threads.report()  # in case the write made when it changed failed
+        self.report_threads()  # in case the write made when it changed failed
         if self.errors:
             # The database answers again: the loops that were backing off (for up to
-            # max_backoff) try again now.
-            for svc in w._services:
-                if svc is not self:
-                    svc.wake()
+            # their backoff's ceiling) try again now.
+            self.recovered()
         for run in runs:
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
@@ -136,7 +161,7 @@ class Heartbeater(Service):
         ``last_ok`` is when the last successful heartbeat was *sent*; the database
         extended the leases no earlier than that.
         """
-        config = self.worker.config
+        config = self.config
         return self.last_ok + config.lease_duration - config.self_fence_margin
 
     def fence_point(self, run: Run) -> float:

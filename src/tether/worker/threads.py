@@ -13,14 +13,14 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether import metrics
+from tether.task import Task
+from tether.worker.ports import PoolOwner
 from tether.worker.run import Run
-
-if TYPE_CHECKING:
-    from tether.worker.worker import Worker
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
@@ -33,15 +33,30 @@ EXIT_RESTART = 75
 
 class HandlerThreads:
     """The pool thread handlers run in, and its accounting: threads taken, abandoned
-    handlers still running, whether the pool is full, and the worker row's copy."""
+    handlers still running, whether the pool is full, and the worker row's copy.
 
-    def __init__(self, worker: Worker) -> None:
+    ``tasks`` are the worker's (by name); past ``max_abandoned`` abandoned threads the
+    worker restarts; ``record(abandoned, full)`` writes the pool's state to the
+    worker's row.
+    """
+
+    def __init__(
+        self,
+        worker: PoolOwner,
+        *,
+        tasks: Mapping[str, Task],
+        concurrency: int,
+        max_abandoned: int | None,
+        record: Callable[[int, bool], Awaitable[None]],
+    ) -> None:
         self.worker = worker
-        self.size = worker.concurrency + SPARE_THREADS
+        self.max_abandoned = max_abandoned
+        self.record = record
+        self.size = concurrency + SPARE_THREADS
         self.pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="tether-job")
-        threaded = {n for n, t in worker.app.tasks.items() if t.executor == "thread"}
-        self.unthreaded_task_names = [n for n in worker.task_names if n not in threaded]
-        self._has_thread_tasks = bool(threaded)
+        threaded = sorted(n for n, t in tasks.items() if t.executor == "thread")
+        self.unthreaded_task_names = sorted(n for n in tasks if n not in threaded)
+        self._threaded_task_names = threaded
         #: Pool threads taken: by thread handlers running or waiting for a thread, and by
         #: abandoned ones that still run.
         self.busy = 0
@@ -54,7 +69,7 @@ class HandlerThreads:
 
     def room(self) -> int | None:
         """Pool threads free for thread jobs (``None``: the app has no thread tasks)."""
-        if not self._has_thread_tasks:
+        if not self._threaded_task_names:
             return None
         return self.size - self.busy
 
@@ -83,8 +98,7 @@ class HandlerThreads:
                 len(self.abandoned),
             )
         self._changed()
-        if not self.worker.stopping:
-            self.worker.claimer.wake()
+        self.worker.claim_more()
 
     def abandon(self, run: Run) -> None:
         """``run`` was settled while its handler thread still runs."""
@@ -114,11 +128,11 @@ class HandlerThreads:
                     "thread jobs (%s) are claimed until one ends. Restart the worker to "
                     "get the threads back (max_abandoned_threads does it for you)",
                     len(self.abandoned),
-                    ", ".join(sorted(set(w.task_names) - set(self.unthreaded_task_names))),
+                    ", ".join(self._threaded_task_names),
                 )
             else:
                 log.warning("thread pool has room again: claiming thread jobs")
-        limit = w.config.max_abandoned_threads
+        limit = self.max_abandoned
         if limit is not None and len(self.abandoned) > limit and not w.stopping:
             log.error(
                 "%d abandoned handler threads still run (max_abandoned_threads=%d): "
@@ -127,8 +141,7 @@ class HandlerThreads:
                 limit,
                 EXIT_RESTART,
             )
-            w.exit_code = EXIT_RESTART
-            w.request_stop()
+            w.restart()
         self.report()
 
     def report(self) -> None:
@@ -153,7 +166,7 @@ class HandlerThreads:
             if state == self._reported:
                 return
             try:
-                await self.worker.store.set_worker_threads(self.worker.id, *state)
+                await self.record(*state)
             except Exception as exc:  # the heartbeat tries again
                 log.warning("could not record this worker's abandoned threads: %s", exc)
                 return

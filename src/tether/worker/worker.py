@@ -17,21 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
 from tether import metrics
-from tether.cancellation import CancellationService
 from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import ConfigError, InvalidJobError, LeaseLostError
 from tether.executors import ThreadHandle, start_handler
 from tether.job import Beat, Job, JobFilter, Outcome
 from tether.logs import job_fields
-from tether.maintenance import (
-    CancellationFollowUp,
-    LeaderElection,
-    Pruner,
-    Releaser,
-    Rescuer,
-    Scheduler,
-)
+from tether.maintenance import Maintenance, build_maintenance
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -43,7 +35,7 @@ from tether.worker.heartbeater import Heartbeater
 from tether.worker.outcome import Attempt, Ending, decide, unfit_arguments, unstarted
 from tether.worker.ramp import Ramp
 from tether.worker.run import Run, beat
-from tether.worker.threads import HandlerThreads
+from tether.worker.threads import EXIT_RESTART, HandlerThreads
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -70,7 +62,13 @@ class Worker:
         self.running: dict[int, Run] = {}
         self.stopping = False
         self._store: Store | None = None
-        self.threads = HandlerThreads(self)
+        self.threads = HandlerThreads(
+            self,
+            tasks=app.tasks,
+            concurrency=self.concurrency,
+            max_abandoned=config.max_abandoned_threads,
+            record=lambda abandoned, full: self.store.set_worker_threads(self.id, abandoned, full),
+        )
         #: What the process should exit with: EXIT_RESTART once it stopped itself.
         self.exit_code = 0
         self._services: list[Service] = []
@@ -90,12 +88,7 @@ class Worker:
         self.claimer: Claimer
         self.heartbeater: Heartbeater
         self.completer: Completer
-        self.rescuer: Rescuer
-        self.follow_up: CancellationFollowUp
-        self.leader: LeaderElection
-        self.pruner: Pruner
-        self.releaser: Releaser
-        self.scheduler: Scheduler
+        self.maintenance: Maintenance
 
     @property
     def store(self) -> Store:
@@ -109,9 +102,7 @@ class Worker:
         """Register, then start the background services (``services=False`` leaves them
         to the caller's ``run_once()`` calls, as tests do)."""
         self._store = await self.app.store()
-        listen = getattr(self._store, "listen", None)
-        if listen is not None:
-            await listen()
+        await self._store.listen()
         await self._store.register_worker(
             self.id,
             self.config.name,
@@ -123,85 +114,10 @@ class Worker:
             tasks=self.task_names,
             schedules=sorted(self.app.schedules),
         )
-        self.claimer = Claimer(self)
-        self.heartbeater = Heartbeater(self)
-        self.completer = Completer(self._store, self.id)
-        # Rescue, the cancellation follow-up, pruning and firing schedules run on one
-        # maintenance leader at a time (every worker watches the beat counters).
-        # Recording the app's schedules is every worker's: the scheduler's first round
-        # does it, leader or not.
-        maintenance = self.app.config.maintenance
-        self.leader = LeaderElection(
-            self._store,
-            self.id,
-            ttl=maintenance.leader_ttl,
-            interval=maintenance.leader_renew_interval,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
-        )
-        self.rescuer = Rescuer(
-            self._store,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
-            interval=self.config.rescue_interval,
-            session_grace=self.config.session_dead_after,
-            leader=self.leader,
-            lease=self.config.lease_duration,
-        )
-        self.follow_up = CancellationFollowUp(
-            CancellationService(
-                self._store,
-                self.app.config.wait_poll_interval,
-                adopt_after=self.app.config.cancellation_adopt_after,
-                retry=self.app.config.cancellation_retry,
-            ),
-            interval=self.config.rescue_interval,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
-            leader=self.leader,
-        )
-        self.pruner = Pruner(self._store, self.app.config.retention, leader=self.leader)
-        self.scheduler = Scheduler(
-            self.app,
-            self._store,
-            interval=maintenance.schedule_interval,
-            leader=self.leader,
-            holder=self.id,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
-        )
-        self.releaser = Releaser(
-            self._store,
-            interval=maintenance.release_interval,
-            batch_size=maintenance.release_batch,
-            leader=self.leader,
-            max_consecutive_errors=self.config.max_consecutive_errors,
-            max_backoff=self.config.max_backoff,
-        )
-        # The maintenance duties wait on no row lock without a bound (see LOCK_WAIT).
-        # (The completer needs none: its statement skips held job rows, and the
-        # transition's limit and workflow updates bound their own waits in SQL.)
-        for duty in (
-            self.rescuer,
-            self.follow_up,
-            self.leader,
-            self.pruner,
-            self.scheduler,
-            self.releaser,
-        ):
-            duty.lock_wait = maintenance.lock_wait
+        self._assemble(self._store)
+        self.maintenance = build_maintenance(self.app, self._store, self.id, self.config)
         await self._open()
-        self._services = [
-            self.completer,
-            self.heartbeater,
-            self.rescuer,
-            self.follow_up,
-            self.claimer,
-            self.leader,
-            self.pruner,
-            self.scheduler,
-            self.releaser,
-        ]
+        self._services = [self.completer, self.heartbeater, self.claimer]
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",
             self.id,
@@ -214,6 +130,7 @@ class Worker:
             # finishing job waits on it.
             for svc in self._services:
                 self._tasks.append(asyncio.create_task(svc.run(), name=f"tether-{svc.name}"))
+            self._tasks += self.maintenance.start()
             self._tasks.append(asyncio.create_task(self._forward_hints(), name="tether-hints"))
         else:
             self._tasks.append(asyncio.create_task(self.completer.run(), name="tether-completer"))
@@ -223,6 +140,32 @@ class Worker:
         for _ in range(min(self._stops_pending, 2)):
             self.request_stop()
 
+    def _assemble(self, store: Store) -> None:
+        """Build the parts that run the jobs, each given what it may touch."""
+        self.heartbeater = Heartbeater(
+            store,
+            self.id,
+            self.config,
+            self,
+            claiming=lambda: not self.claimer.idle.is_set(),
+            report_threads=self.threads.report,
+            recovered=self._database_back,
+        )
+        self.claimer = Claimer(
+            store,
+            self.id,
+            self.config,
+            self,
+            tasks=self.task_names,
+            healthy=lambda: self.heartbeater.healthy,
+            room=self.threads.room,
+            unthreaded=self.threads.unthreaded_task_names,
+        )
+        # Unlike the maintenance services, the completer needs no lock_wait: its
+        # statement skips held job rows, and the transition's limit and workflow updates
+        # bound their own waits in SQL.
+        self.completer = Completer(store, self.id)
+
     async def _open(self) -> None:
         """A graceful opening: recover orphans first, then (if set) start gradually.
 
@@ -231,7 +174,7 @@ class Worker:
         place in line, ahead of newer work.
         """
         try:
-            recovered = await self.rescuer.run_once()
+            recovered = await self.maintenance.rescuer.run_once()
         except Exception as exc:
             log.warning("could not recover orphaned jobs at start: %s", exc)
             recovered = []
@@ -325,11 +268,12 @@ class Worker:
         await self._drain_completer()
         for svc in self._services:
             svc.stop()
+        self.maintenance.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await self.leader.resign()  # another worker leads at its next round
+            await self.maintenance.leader.resign()  # another worker leads at its next round
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, "stopped")
         await self.threads.flush()  # no report of the pool's state outlives the worker
@@ -590,8 +534,7 @@ class Worker:
             log.exception("job %s: internal error in the worker", job.id)
             self._forget(run)
         finally:
-            if not self.stopping:
-                self.claimer.wake()
+            self.claim_more()
 
     def _recorded(self, run: Run, outcome: Outcome, accepted: bool) -> None:
         job = run.job
@@ -678,8 +621,26 @@ class Worker:
             del self.running[run.job.id]
         if not self.running:
             self._idle.set()
+        self.claim_more()
+
+    def claim_more(self) -> None:
+        """A slot or a pool thread came free: claim again now, unless stopping."""
         if not self.stopping:
             self.claimer.wake()
+
+    def restart(self) -> None:
+        """Stop gracefully, for the supervisor to start a fresh worker in this one's
+        place (the process exits with :data:`~tether.worker.threads.EXIT_RESTART`)."""
+        self.exit_code = EXIT_RESTART
+        self.request_stop()
+
+    def _database_back(self) -> None:
+        """The database answers the heartbeat again: the loops that were backing off
+        try again now."""
+        for svc in self._services:
+            if svc is not self.heartbeater:
+                svc.wake()
+        self.maintenance.wake()
 
     def _time_out(self, run: Run) -> None:
         run.timed_out = True

@@ -6,6 +6,8 @@ and both stores implement it.
 
 =====================  ============================================================
 ``SchemaStore``        the store's lifecycle and its schema's migrations
+``ListenStore``        hints, and listening for other processes' commits (part of
+                       ``JobStore`` and ``FeedStore``: their callers wait for changes)
 ``JobStore``           jobs and workflows: enqueue, read, steer, follow their links
 ``LeaseStore``         what workers claim, extend and write under a lease token
 ``QueueStore``         queue pause flags, concurrency keys, resource pools, rate limits
@@ -25,6 +27,7 @@ from tether.store.protocols.cancellations import CancellationStore
 from tether.store.protocols.feed import FeedStore
 from tether.store.protocols.jobs import JobStore
 from tether.store.protocols.leases import LeaseStore
+from tether.store.protocols.listen import ListenStore
 from tether.store.protocols.maintenance import MaintenanceStore, ProcessGone
 from tether.store.protocols.queues import QueueStore
 from tether.store.protocols.schedules import ScheduleStore
@@ -37,6 +40,7 @@ __all__ = [
     "FeedStore",
     "JobStore",
     "LeaseStore",
+    "ListenStore",
     "MaintenanceStore",
     "ProcessGone",
     "QueueStore",

@@ -5,17 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tether.hints import Hints
 from tether.job import FeedEvent
+from tether.store.protocols.listen import ListenStore
 
 
 @runtime_checkable
-class FeedStore(Protocol):
+class FeedStore(ListenStore, Protocol):
     """The live feed: every job transition by event id, for the API's Server-Sent
     Events and dashboards."""
-
-    hints: Hints
-    """Wakes the feed when a job changes or is enqueued (NOTIFY on PostgreSQL)."""
 
     async def feed(
         self,

@@ -5,18 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tether.hints import Hints
 from tether.job import ArtifactInfo, Job, JobEvent, JobFilter, NewJob
+from tether.store.protocols.listen import ListenStore
 
 
 @runtime_checkable
-class JobStore(Protocol):
+class JobStore(ListenStore, Protocol):
     """Jobs and workflows, as producers and operators see them: enqueue (with
     dependencies), read, steer (cancel, pause, resume, retry, delete), follow the
     links between a workflow's jobs, and read the artifacts jobs saved."""
-
-    hints: Hints
-    """Wakes waiters when a job changes or is enqueued (NOTIFY on PostgreSQL)."""
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Job]:
         """Insert jobs in one transaction. A known idempotency key returns the existing job.
