@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tether import hints as h
 from tether import metrics
 from tether.cancellation import CancellationService
+from tether.children import children
 from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import ConfigError, InvalidJobError, LeaseLostError
@@ -32,6 +33,7 @@ from tether.maintenance import (
     Rescuer,
     Scheduler,
 )
+from tether.new_job import new_job
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -46,7 +48,7 @@ from tether.worker.run import Run, beat
 from tether.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:
-    from tether.app import App
+    from tether.host import Host
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
@@ -56,7 +58,7 @@ class Worker:
     """Runs the jobs of one :class:`~tether.App`; its parts are described in
     :mod:`tether.worker`."""
 
-    def __init__(self, app: App, config: WorkerConfig) -> None:
+    def __init__(self, app: Host, config: WorkerConfig) -> None:
         if not app.tasks:
             raise ConfigError("the app has no tasks registered; a worker would claim nothing")
         self.app = app
@@ -121,7 +123,7 @@ class Worker:
             self.config.queues,
             self.concurrency,
             tasks=self.task_names,
-            schedules=sorted(self.app.schedules),
+            schedules=sorted(self.app.schedules.declared),
         )
         self.claimer = Claimer(self)
         self.heartbeater = Heartbeater(self)
@@ -461,7 +463,7 @@ class Worker:
             on_lease_lost=lambda: self._lease_lost(job.id),
             on_usage=lambda usage: self._check_budget(job.id, usage),
             spawn=lambda name, args: self._spawn(job, name, args),
-            children=lambda: self.app.children(job.id),
+            children=lambda: children(self.store, job.id),
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
             threaded=task.executor == "thread",
@@ -532,7 +534,14 @@ class Worker:
 
     async def _spawn(self, parent: Job, task: str, args: dict[str, Any]) -> Job:
         new = dataclasses.replace(
-            self.app.new_job(task, args, EnqueueOptions()), parent_id=parent.id
+            new_job(
+                self.app.tasks,
+                task,
+                args,
+                EnqueueOptions(),
+                max_payload_bytes=self.app.config.max_payload_bytes,
+            ),
+            parent_id=parent.id,
         )
         child = await self.store.spawn(parent.id, parent.lease_token, new)
         if child is None:
