@@ -83,7 +83,7 @@ class DemoRun:
         """Run the demo until Ctrl-C (or ``duration``); returns the exit code."""
         loop = asyncio.get_running_loop()
         self.t0 = loop.time()
-        await self.app.store()  # connect and migrate now: a bad database fails here
+        await self.app.admin.listen()  # connect and migrate now: a bad database fails here
         newest = await self.app.jobs.list(limit=1)
         self.baseline = newest[0].id if newest else 0
         for i in range(self.n_workers):
