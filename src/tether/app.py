@@ -391,8 +391,8 @@ class App:
         Cancelling a job that already succeeded raises :class:`IllegalTransitionError`
         and changes nothing; a paused job over its budget fails instead.
         """
-        cancellations = await cancellation_service(self)
-        return await cancellations.cancel(
+        service = await cancellation_service(self)
+        return await service.cancel(
             job_id,
             reason=reason or "cancelled by request",
             force=force,
