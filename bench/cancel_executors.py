@@ -139,7 +139,7 @@ class ExecutorLatencies:
     """One executor's samples, in seconds from just before the cancel request.
 
     ``observed``: until the handler saw the request; ``settled``: until
-    ``app.wait_cancelled()`` returned; ``call``: until ``app.cancel(id, wait=...)``
+    ``app.cancellations.wait()`` returned; ``call``: until ``app.cancel(id, wait=...)``
     itself returned.
     """
 
@@ -156,7 +156,7 @@ async def measure(
     A worker (:data:`CONFIG`) runs in this process, on the same App as the caller. Each
     job starts and waits; ``settle`` seconds after its ``started`` mark the clock starts
     just before ``app.cancel(id, wait=timeout)`` is started as a task; once that task has
-    sent its first query, ``app.wait_cancelled(id, timeout)`` runs beside it. Not
+    sent its first query, ``app.cancellations.wait(id, timeout)`` runs beside it. Not
     ``cancel(wait=0)``: that settles the record at once as ``partial`` ("still running
     after 0s") while the handler still runs, and ``wait_cancelled`` then returns that at
     once. The job must end ``cancelled``, the record ``completed`` without errors.
@@ -188,7 +188,7 @@ async def measure(
                 requested = time.perf_counter()
                 calling = asyncio.create_task(cancel(job.id))
                 await asyncio.sleep(0)  # the request's first query goes out first
-                ok, errors = await app.wait_cancelled(job.id, timeout)
+                ok, errors = await app.cancellations.wait(job.id, timeout)
                 settled = time.perf_counter()
                 result, returned = await calling
                 observed = await mark("observed", job.id)

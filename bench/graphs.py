@@ -125,14 +125,14 @@ async def cascade(url: str, children: int, fanout: int) -> CascadeRun:
         jobs = await app.enqueue_workflow(wf)
         enqueue_s = time.perf_counter() - start
         total = len(jobs)
-        stats = await app.stats()
+        stats = await app.jobs.stats()
         if stats["queued"] != 1 or stats["blocked"] != total - 1:
             raise RuntimeError(f"graph of {total} enqueued as {stats}")
         root = jobs["root"].id
         start = time.perf_counter()
         result = await app.cancel(root, wait=CASCADE_WAIT)
         cancel_s = time.perf_counter() - start
-        stats = await app.stats()
+        stats = await app.jobs.stats()
         if stats["cancelled"] != total or result.status != "completed":
             raise RuntimeError(
                 f"after cancelling the root of {total} jobs: {stats}; record {result.status} "
@@ -164,7 +164,7 @@ async def release(url: str, dependents: int, timeout: float) -> ReleaseRun:
         # before the worker starts (untimed).
         a = await app.enqueue(UPSTREAM)
         await app.enqueue_many([(NODE, {})] * dependents, depends_on=(a.id,))
-        stats = await app.stats()
+        stats = await app.jobs.stats()
         if stats["blocked"] != dependents or stats["queued"] != 1:
             raise RuntimeError(f"A and {dependents} dependents enqueued as {stats}")
         worker = app.worker(RELEASE_CONFIG)
@@ -192,7 +192,7 @@ async def release(url: str, dependents: int, timeout: float) -> ReleaseRun:
             baseline_s, _ = await run(plain.id)
         finally:
             await asyncio.wait_for(worker.stop(), 60)
-        stats = await app.stats()
+        stats = await app.jobs.stats()
         if stats["queued"] != dependents or stats["blocked"] != 0:
             raise RuntimeError(f"after A succeeded: {stats}; expected {dependents} queued")
         return ReleaseRun(dependents, finish_s, end_to_end_s, baseline_s, stats["queued"])

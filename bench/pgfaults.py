@@ -246,7 +246,7 @@ async def outage(seconds: float) -> None:
     root.addHandler(counter)
     root.setLevel(logging.INFO)
     with throwaway_db() as (_, url):
-        await App(url).migrate()
+        await App(url).admin.migrate()
         parts = urlsplit(url)
         proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
         port = proxy.start()

@@ -23,7 +23,7 @@ ratios and a PASS/MISS summary against the targets, and writes ``bench/RESULTS.m
 4. **Memory**: resident set size of one worker process running 1,000 sleeping async jobs.
 5. **Cancellation per executor** (``bench/cancel_executors.py``): async, thread and process
    handlers that stop cooperatively, on both stores: from just before the cancel request
-   until the handler sees it, and until ``app.wait_cancelled()`` returns.
+   until the handler sees it, and until ``app.cancellations.wait()`` returns.
 6. **Workflow cascades** (``bench/graphs.py``), on both stores: how long
    ``app.cancel(root)`` takes on a graph of 10,000 dependent jobs, and how long releasing
    1,000 blocked dependents takes when their dependency succeeds.
@@ -328,7 +328,7 @@ async def tether_drain(
     The clock runs from just before ``worker.start()`` until the store has accepted the
     ``n``-th outcome: the App's store instance has its ``finish`` method wrapped to count
     the outcomes each call accepted (no polling, so the cost of the check does not grow
-    with the table). Afterwards, untimed, ``app.stats()`` must show ``n`` more jobs
+    with the table). Afterwards, untimed, ``app.jobs.stats()`` must show ``n`` more jobs
     ``succeeded`` than before: jobs already in the database (the million-row drain's
     finished ones) stay there and are not counted.
     """
@@ -346,7 +346,8 @@ async def tether_drain(
             done.set()
 
     async def describe() -> str:
-        return f"{ran} handlers ran, {written} outcomes written; job states: {await app.stats()}"
+        states = await app.jobs.stats()
+        return f"{ran} handlers ran, {written} outcomes written; job states: {states}"
 
     try:
         store = await app.store()
@@ -361,7 +362,7 @@ async def tether_drain(
             return accepted
 
         store.finish = counted_finish  # type: ignore[method-assign]
-        before = await app.stats()
+        before = await app.jobs.stats()
         start = time.perf_counter()
         for size in _chunks(n, ENQUEUE_CHUNK):
             await app.enqueue_many([(noop, {})] * size)
@@ -377,7 +378,7 @@ async def tether_drain(
             elapsed = time.perf_counter() - start
         finally:
             await asyncio.wait_for(worker.stop(), 60)
-        stats = await app.stats()
+        stats = await app.jobs.stats()
         if stats["succeeded"] - before["succeeded"] != n or ran != n or written != n:
             raise BenchError(
                 f"tether drain: {ran} handlers ran, {written} outcomes written, job states "
@@ -761,13 +762,13 @@ async def scaling_drain(
     """``n`` no-op jobs drained by ``processes`` worker processes together; jobs/s.
 
     The jobs wait on a paused queue while the processes start and register; the clock
-    runs from ``app.resume_queue`` until ``app.stats()`` (polled every 20 ms) shows all
+    runs from ``app.queues.resume`` until ``app.jobs.stats()`` (polled every 20 ms) shows all
     ``n`` succeeded, so process start-up is not timed.
     """
     app = workerapp.make_app(url)
     try:
         await app.store()
-        await app.pause_queue(DEFAULT_QUEUE)
+        await app.queues.pause(DEFAULT_QUEUE)
         for size in _chunks(n, ENQUEUE_CHUNK):
             await app.enqueue_many([(workerapp.NOOP, {})] * size)
         extra = (
@@ -786,10 +787,10 @@ async def scaling_drain(
             for proc, pdir in procs:
                 await wait_registered(app, proc, pdir)
             start = time.perf_counter()
-            await app.resume_queue(DEFAULT_QUEUE)
+            await app.queues.resume(DEFAULT_QUEUE)
             last, last_change = -1, start
             while True:
-                stats = await app.stats()
+                stats = await app.jobs.stats()
                 now = time.perf_counter()
                 if stats["succeeded"] >= n:
                     break
@@ -893,7 +894,7 @@ async def wait_registered(app: App, proc: asyncio.subprocess.Process, workdir: P
     async def registered() -> bool:
         if proc.returncode is not None:
             raise BenchError(f"worker process exited ({proc.returncode}):\n{_log_tail(workdir)}")
-        return any(w.pid == proc.pid and w.state == "active" for w in await app.workers())
+        return any(w.pid == proc.pid and w.state == "active" for w in await app.admin.workers())
 
     await _poll(registered, 0.05, EVENT_TIMEOUT, "worker process registration")
 
@@ -1178,7 +1179,7 @@ async def memory(url: str, jobs: int, workdir: Path) -> MemoryRun:
             async def all_running() -> bool:
                 if proc.returncode is not None:
                     raise BenchError(f"worker exited ({proc.returncode}):\n{_log_tail(workdir)}")
-                return (await app.stats())["running"] >= jobs
+                return (await app.jobs.stats())["running"] >= jobs
 
             await _poll(all_running, 0.1, MEMORY_SLEEP / 2, f"{jobs} jobs running")
             ramp = time.perf_counter() - start
@@ -1189,7 +1190,7 @@ async def memory(url: str, jobs: int, workdir: Path) -> MemoryRun:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 60)
             stop_s = time.perf_counter() - start
-        stats = await app.stats()
+        stats = await app.jobs.stats()
     finally:
         await app.close()
     return MemoryRun(
@@ -1767,7 +1768,7 @@ def _exec_cancel_table(results: Results, summary: list[Row]) -> list[Table]:
     return [
         Table(
             "Cancellation latency per executor (cooperative handlers; request -> handler saw "
-            "it, and -> app.wait_cancelled() returned)",
+            "it, and -> app.cancellations.wait() returned)",
             (
                 "store",
                 "executor",
@@ -1978,7 +1979,7 @@ METHOD = f"""
   timed from just before `worker.start()` until the store has accepted the `n`-th outcome
   (the App's store instance has `finish` wrapped to count the outcomes each call
   accepted: no polling, whose cost would grow with the table); afterwards, untimed,
-  `app.stats()` must show exactly `n` more `succeeded` jobs. PostgreSQL databases are fresh
+  `app.jobs.stats()` must show exactly `n` more `succeeded` jobs. PostgreSQL databases are fresh
   (`peers.fresh_database`); SQLite files are fresh in a temp dir. Peers as in
   `bench/peers.py`: PgQueuer 1.6 one `QueueManager` on asyncpg, timed until `run()` returns
   after the final status flush; Procrastinate one worker with
@@ -2013,7 +2014,7 @@ METHOD = f"""
   its handler's first `perf_counter()` reading.
 - **Scaling** (PostgreSQL): `n` jobs are enqueued on a paused queue; 1, 2, 4 or 8
   `bench/workerapp.py` worker processes (the tuned tether setting each) start and
-  register; the clock runs from `app.resume_queue()` until `app.stats()` (polled every
+  register; the clock runs from `app.queues.resume()` until `app.jobs.stats()` (polled every
   20 ms) shows all `n` succeeded. A fresh database per run; rounds rotate the order. The
   figure is the ratio of medians to 1 process; the machine has the CPU count above, so
   beyond it processes share cores with each other and with PostgreSQL.
@@ -2045,7 +2046,7 @@ METHOD = f"""
   `WorkerConfig(concurrency=N, claim_batch={MEMORY_CLAIM_BATCH},
   stop_timeout={MEMORY_STOP_TIMEOUT:g})`
   and N sleeping jobs (`asyncio.sleep({MEMORY_SLEEP:g})`); VmRSS from `/proc/PID/status`
-  once `app.stats()` shows all N running (+0.5 s), beside the idle RSS before the jobs
+  once `app.jobs.stats()` shows all N running (+0.5 s), beside the idle RSS before the jobs
   were enqueued and the peak (VmHWM). Then SIGTERM: the jobs outlive `stop_timeout` and
   must all be released to `queued`.
 - **Cancellation per executor** (`bench/cancel_executors.py`): a worker in the benchmark
@@ -2064,7 +2065,7 @@ METHOD = f"""
   all processes). Each handler then raises `Cancelled`. {CANCEL_SETTLE * 1000:.0f} ms after the
   handler started, the clock starts just before `app.cancel(id, wait={EXEC_CANCEL_TIMEOUT:g})`
   is started as a task; once it has sent its first query,
-  `app.wait_cancelled(id, {EXEC_CANCEL_TIMEOUT:g})` runs beside it. *Handler*: until the
+  `app.cancellations.wait(id, {EXEC_CANCEL_TIMEOUT:g})` runs beside it. *Handler*: until the
   handler's reading when it saw the request. *wait_cancelled*: until that call returned
   (the job stopped, the worker recorded it, and the cancellation record settled); the
   last column is when `app.cancel()` itself returned. `cancel(wait=0)` followed by
@@ -2084,7 +2085,7 @@ METHOD = f"""
   record (it reads each target's state and artifacts). The store's `request_cancel`,
   that one transaction, is also timed on its own (the method wrapped on the App's store
   instance); the rest is the cancellation service's reads and record. Every job must then be
-  `cancelled` (`app.stats()` on a fresh database) and the record `completed`.
+  `cancelled` (`app.jobs.stats()` on a fresh database) and the record `completed`.
 - **Release**: a job A and N jobs that each depend on A alone
   (`app.enqueue_many(..., depends_on=(A,))`, one transaction, untimed), on a queue no
   worker serves so that they stay `queued`. A worker in the benchmark process (A's queue

@@ -209,7 +209,8 @@ def fresh_db(cluster: PrivateCluster, src: Path | None) -> tuple[str, str]:
         [
             sys.executable,
             "-c",
-            "import asyncio,sys; from tether import App; asyncio.run(App(sys.argv[1]).migrate())",
+            "import asyncio,sys; from tether import App; "
+            "asyncio.run(App(sys.argv[1]).admin.migrate())",
             url,
         ],
         check=True,

@@ -92,7 +92,7 @@ def with_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def total_jobs(url: str) -> int:
-    return sum(with_app(url, lambda a: a.stats()).values())
+    return sum(with_app(url, lambda a: a.jobs.stats()).values())
 
 
 def claim_one(url: str) -> Job:
@@ -210,7 +210,7 @@ def test_enqueue_reads_args_from_a_file_and_stdin(
     res = runner.invoke(cli, ["enqueue", "hello", "--app", app_ref, "--args", "-"],
                         input='{"name": "stdin"}')  # fmt: skip
     assert res.exit_code == 0, res.output
-    jobs = with_app(sqlite_url, lambda a: a.list())
+    jobs = with_app(sqlite_url, lambda a: a.jobs.list())
     assert sorted(j.args["name"] for j in jobs) == ["file", "stdin"]
 
 
@@ -863,10 +863,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     db = tmp_path / ".tether" / "demo.db"
     assert db.exists()
     url = f"sqlite:///{db}"
-    counts = with_app(url, lambda a: a.stats())
+    counts = with_app(url, lambda a: a.jobs.stats())
     assert counts["succeeded"] >= 5, counts
     assert counts["running"] == 0, counts  # every running job was settled or released
-    jobs = with_app(url, lambda a: a.list(limit=500))
+    jobs = with_app(url, lambda a: a.jobs.list(limit=500))
     assert {"crawl", "chunk", "embed", "upsert"} <= {
         j.task for j in jobs if j.state is JobState.SUCCEEDED
     }

@@ -70,13 +70,13 @@ def test_prune_dry_run_counts_then_prune_deletes(app_ref: str, sqlite_url: str) 
     dry = tether("prune", "--app", app_ref, "--dry-run", "--json")
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["counts"]["jobs"] == 1
-    assert sum(with_app(sqlite_url, lambda a: a.stats()).values()) == 2
+    assert sum(with_app(sqlite_url, lambda a: a.jobs.stats()).values()) == 2
 
     res = tether("prune", "--app", app_ref)
     assert res.exit_code == 0, res.output
     assert "deleted" in res.stdout and "jobs" in res.stdout
     assert "succeeded:" in res.stderr  # progress
-    assert sum(with_app(sqlite_url, lambda a: a.stats()).values()) == 1
+    assert sum(with_app(sqlite_url, lambda a: a.jobs.stats()).values()) == 1
     # --older-than overrides the retention: the recent one goes too.
     res = tether("prune", "--app", app_ref, "--older-than", "0s", "--state", "succeeded", "--json")
     assert json.loads(res.stdout)["counts"]["jobs"] == 1

@@ -104,12 +104,13 @@ def audited(
     done: Callable[[Any], str] | None = None,
     connection: Callable[[dict[str, Any]], object | None] | None = None,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
-    """Audit an :class:`~tether.App` method: one row as the call's ``actor`` argument (or
-    the App's ``actor``), ``ok`` or ``failed`` with the error, and its ``reason`` as the
-    detail. ``target`` names what the arguments point at; ``done`` may name it better
-    from the result (the new job). ``connection`` finds the caller's connection in the
-    arguments, if any: the row then joins the caller's transaction, so it commits or
-    rolls back with the change it records. No row inside :func:`by_caller`."""
+    """Audit a method of an :class:`~tether.App` or of one of its facades (whose ``app``
+    is the App): one row as the call's ``actor`` argument (or the App's ``actor``),
+    ``ok`` or ``failed`` with the error, and its ``reason`` as the detail. ``target``
+    names what the arguments point at; ``done`` may name it better from the result (the
+    new job). ``connection`` finds the caller's connection in the arguments, if any: the
+    row then joins the caller's transaction, so it commits or rolls back with the change
+    it records. No row inside :func:`by_caller`."""
 
     def wrap(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         signature = inspect.signature(method)
@@ -121,7 +122,8 @@ def audited(
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             params = bound.arguments
-            app: App = params["self"]
+            owner = params["self"]
+            app: App = getattr(owner, "app", owner)
             actor = params.get("actor") or app.actor
             reason = params.get("reason")
             conn = connection(params) if connection is not None else None

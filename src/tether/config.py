@@ -325,7 +325,7 @@ class RetentionConfig:
     the whole workflow; so are those with a failed member younger than ``failed`` (a
     person may retry it, and its retry reads the rest: a parent's fan-in over its
     children), which go with it once it ages out. A failed job that holds its
-    concurrency key (see ``App.configure_key``) is kept until a person retries or deletes
+    concurrency key (see ``app.queues.configure_key``) is kept until a person retries or deletes
     it, and keeps its workflow meanwhile. Active jobs are
     never pruned. ``batch_size`` rows go per transaction, ``batch_pause`` seconds apart,
     so claims, heartbeats and the SQLite write lock are never held up for long.

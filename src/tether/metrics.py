@@ -241,9 +241,9 @@ class _Snapshot(Collector):
 async def render(app: App) -> bytes:
     """This process's metrics plus the database gauges, in the text exposition format."""
     snapshot = CollectorRegistry(auto_describe=False)
-    queues = await app.queues()  # each carries its unserved tasks: no second scan
+    queues = await app.queues.list()  # each carries its unserved tasks: no second scan
     unserved = [u for q in queues for u in q.unserved]
-    snapshot.register(_Snapshot(queues, await app.workers(), unserved))
+    snapshot.register(_Snapshot(queues, await app.admin.workers(), unserved))
     return generate_latest(REGISTRY) + generate_latest(snapshot)
 
 

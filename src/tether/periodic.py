@@ -1,6 +1,6 @@
 """Periodic schedules: a task enqueued once per tick of a cron expression.
 
-A schedule is declared in code (``@app.periodic(cron=...)`` or ``app.schedule(...)``).
+A schedule is declared in code (``@app.periodic(cron=...)`` or ``app.schedules.declare(...)``).
 Every worker records its app's schedules in the database as it starts (see
 :meth:`Schedule.stored`), and the maintenance leader's
 :class:`~tether.maintenance.scheduler.Scheduler` fires every schedule recorded there,

@@ -79,7 +79,7 @@ async def test_commit_gives_one_job_and_one_execution(app: App, caller: Caller) 
     done = await app.run_until_idle()
     assert [(j.id, j.state.value, j.result) for j in done] == [(job.id, "succeeded", 7)]
     assert ran == [7]
-    assert len(await app.list()) == 1
+    assert len(await app.jobs.list()) == 1
 
 
 async def test_rollback_leaves_no_job_and_no_execution(app: App, caller: Caller) -> None:
@@ -90,7 +90,7 @@ async def test_rollback_leaves_no_job_and_no_execution(app: App, caller: Caller)
     await _end(caller, commit=False)
     assert await app.run_until_idle() == []
     assert ran == []
-    assert await app.list() == []
+    assert await app.jobs.list() == []
     with pytest.raises(JobNotFoundError):
         await app.get(job.id)
 
@@ -124,11 +124,11 @@ async def test_enqueue_many_and_workflows_commit_and_roll_back_with_the_caller(
     await app.enqueue_many([(ship, {"order": 3}), (ship, {"order": 4})], connection=caller)
     await app.enqueue_workflow(flow, connection=caller)
     await _end(caller, commit=False)
-    assert await app.list() == []
+    assert await app.jobs.list() == []
     await app.enqueue_many([(ship, {"order": 3}), (ship, {"order": 4})], connection=caller)
     jobs = await app.enqueue_workflow(flow, connection=caller)
     await _end(caller, commit=True)
-    assert len(await app.list()) == 4
+    assert len(await app.jobs.list()) == 4
     await app.run_until_idle()
     assert sorted(ran) == [1, 2, 3, 4]
     assert (await app.get(jobs["b"].id)).state.value == "succeeded"
@@ -143,7 +143,7 @@ async def test_a_failed_enqueue_leaves_the_callers_transaction_usable(
         await ship.options(connection=caller, depends_on=(999_999,)).enqueue(order=7)
     await ship.options(connection=caller).enqueue(order=7)
     await _end(caller, commit=True)
-    assert len(await app.list()) == 1
+    assert len(await app.jobs.list()) == 1
 
 
 # -- blocking callers, notifications, refusals ---------------------------------------------
@@ -152,7 +152,7 @@ async def test_a_failed_enqueue_leaves_the_callers_transaction_usable(
 @pytest.fixture
 def sync_app(db_url: str) -> Iterator[App]:
     a = App(db_url, config=AppConfig(wait_poll_interval=0.05))
-    a.run_sync(a.migrate())
+    a.run_sync(a.admin.migrate())
     yield a
     a.run_sync(a.close())
 
@@ -192,7 +192,7 @@ def test_a_connection_in_autocommit_mode_is_refused_and_nothing_is_written(
         conn = psycopg.connect(db_url, autocommit=True)
     with conn, pytest.raises(InvalidJobError, match="autocommit"):
         ship.options(connection=conn).enqueue_sync(order=1)
-    assert sync_app.run_sync(sync_app.list()) == []
+    assert sync_app.run_sync(sync_app.jobs.list()) == []
 
 
 def test_a_connection_to_another_database_is_refused(
@@ -254,7 +254,7 @@ def test_a_sqlite_connection_with_pep249_autocommit_is_refused_and_nothing_is_wr
     sqlite_url: str, begun: bool
 ) -> None:
     app = App(sqlite_url, config=AppConfig(wait_poll_interval=0.05))
-    app.run_sync(app.migrate())
+    app.run_sync(app.admin.migrate())
     try:
         ship = _ship_task(app, [])
         conn = _connect_with_autocommit(parse_sqlite_path(sqlite_url), autocommit=True)
@@ -266,9 +266,9 @@ def test_a_sqlite_connection_with_pep249_autocommit_is_refused_and_nothing_is_wr
         assert conn.in_transaction is begun  # nothing of tether's left open or written
         conn.close()
         # The database is not held: another writer gets through, and finds no job.
-        assert app.run_sync(app.list()) == []
+        assert app.run_sync(app.jobs.list()) == []
         job = ship.enqueue_sync(order=2)
-        assert [j.id for j in app.run_sync(app.list())] == [job.id]
+        assert [j.id for j in app.run_sync(app.jobs.list())] == [job.id]
     finally:
         app.run_sync(app.close())
 
@@ -277,13 +277,14 @@ def test_a_sqlite_connection_with_autocommit_false_commits_with_the_caller(
     sqlite_url: str,
 ) -> None:
     app = App(sqlite_url, config=AppConfig(wait_poll_interval=0.05))
-    app.run_sync(app.migrate())
+    app.run_sync(app.admin.migrate())
     try:
         ship = _ship_task(app, [])
         conn = _connect_with_autocommit(parse_sqlite_path(sqlite_url), autocommit=False)
         job = ship.options(connection=conn).enqueue_sync(order=1)
         conn.commit()
         conn.close()
-        assert [(j.id, j.state.value) for j in app.run_sync(app.list())] == [(job.id, "queued")]
+        listed = app.run_sync(app.jobs.list())
+        assert [(j.id, j.state.value) for j in listed] == [(job.id, "queued")]
     finally:
         app.run_sync(app.close())

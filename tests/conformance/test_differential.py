@@ -652,7 +652,7 @@ def _schedules(tmp_path: Path) -> App:
     async def t(ctx: Any) -> None:
         pass
 
-    app.schedule("t", cron="* * * * *", name=SCHEDULE, queue=QUEUES[0])
+    app.schedules.declare("t", cron="* * * * *", name=SCHEDULE, queue=QUEUES[0])
     return app
 
 

@@ -94,7 +94,7 @@ async def test_starting_a_process_does_not_rewrite_the_transition_rules(
     app = App(db.url)
     try:
         await app.store()
-        assert await app.migrate() == []
+        assert await app.admin.migrate() == []
     finally:
         await app.close()
     assert await make_store().migrate() == []

@@ -74,6 +74,6 @@ async def test_app_refuses_unclear_schedules(app: App) -> None:
         await t.options(unique_for=60).enqueue()
     with pytest.raises(InvalidJobError, match="positive"):
         await t.options(idempotency_key="k", unique_for=0).enqueue()
-    assert await app.list() == []
+    assert await app.jobs.list() == []
     job = await t.options(run_at=when, idempotency_key="k", unique_for=60).enqueue()
     assert abs(job.run_at - when) <= SLACK

@@ -45,21 +45,21 @@ async def test_a_job_no_live_worker_serves_says_so(db_url: str, db: Db) -> None:
         crawl = await app.enqueue("crawl")
         index = await app.enqueue("index")
         # No worker at all: both wait forever, and say so.
-        assert await app.unserved_reason(crawl) == (
+        assert await app.jobs.unserved_reason(crawl) == (
             "no worker serves task crawl on queue default (no worker is running)"
         )
         # A worker on the default queue that knows only crawl.
         await store.register_worker("w1", None, "h", 1, None, ["default"], 4, tasks=["crawl"])
-        assert await app.unserved_reason(crawl) is None
-        assert await app.unserved_reason(index) == (
+        assert await app.jobs.unserved_reason(crawl) is None
+        assert await app.jobs.unserved_reason(index) == (
             "no worker serves task index on queue search (no worker listens on this queue)"
         )
         # A worker on the search queue that does not know index.
         await store.register_worker("w2", None, "h", 2, None, ["search"], 4, tasks=["crawl"])
-        [u] = await app.unserved()
+        [u] = await app.admin.unserved()
         assert (u.queue, u.task, u.jobs) == ("search", "index", 1)
         assert u.reason.startswith("no worker serves task index on queue search")
-        queues = {q.name: q for q in await app.queues()}
+        queues = {q.name: q for q in await app.queues.list()}
         assert queues["default"].unserved == ()
         assert queues["search"].unserved == (u,)
         text = (await render(app)).decode()
@@ -67,14 +67,14 @@ async def test_a_job_no_live_worker_serves_says_so(db_url: str, db: Db) -> None:
 
         # One that serves it: nothing is unserved. Once it stops, the job is again.
         await store.register_worker("w3", None, "h", 3, None, ["search"], 4, tasks=["index"])
-        assert await app.unserved() == []
+        assert await app.admin.unserved() == []
         await store.set_worker_state("w3", "stopped")
-        assert [u.task for u in await app.unserved()] == ["index"]
+        assert [u.task for u in await app.admin.unserved()] == ["index"]
         # An active row whose heartbeat went silent long ago does not serve either.
         await store.register_worker("w4", None, "h", 4, None, ["search"], 4, tasks=["index"])
-        assert await app.unserved() == []
+        assert await app.admin.unserved() == []
         db.set_ago("tether_workers", "heartbeat_at", "w4", 3600)
-        assert [u.task for u in await app.unserved()] == ["index"]
+        assert [u.task for u in await app.admin.unserved()] == ["index"]
     finally:
         await app.close()
 
@@ -83,7 +83,7 @@ async def test_a_job_that_is_not_waiting_is_never_flagged(db_url: str) -> None:
     app = _app(db_url)
     try:
         job = await app.enqueue("index")
-        paused = await app.pause(job.id)
-        assert await app.unserved_reason(paused) is None
+        paused = await app.jobs.pause(job.id)
+        assert await app.jobs.unserved_reason(paused) is None
     finally:
         await app.close()

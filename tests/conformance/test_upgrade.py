@@ -127,8 +127,8 @@ async def test_a_release_0_1_database_migrates_and_keeps_every_row(db: Db) -> No
 
     app = App(db.url)
     try:
-        applied = await app.migrate()
-        assert await app.migrate() == []
+        applied = await app.admin.migrate()
+        assert await app.admin.migrate() == []
     finally:
         await app.close()
 
@@ -149,8 +149,8 @@ async def test_a_release_0_1_database_works_after_the_upgrade(db: Db) -> None:
     app = App(db.url)
     try:
         store = await app.store()
-        assert await app.schema_version() == app.expected_schema_version()
-        assert await app.missing_migrations() == []
+        assert await app.admin.schema_version() == app.admin.expected_schema_version()
+        assert await app.admin.missing_migrations() == []
         jobs = {job.id: job for job in await store.list_jobs(JobFilter())}
         assert {i: job.state for i, job in jobs.items()} == STATES
         assert [e.to_state for e in await store.events(4)] == [

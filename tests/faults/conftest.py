@@ -342,7 +342,7 @@ async def scenario(
             url = admin.rsplit("/", 1)[0] + f"/{db_name}"
         app = build_app(url)
         app.config = AppConfig(wait_poll_interval=0.1)
-        await app.migrate()
+        await app.admin.migrate()
         db = Db(url)
         db.execute_script(effects.SQLITE_SCHEMA if store == "sqlite" else effects.PG_SCHEMA)
         history = History(run_dir / "history.jsonl")

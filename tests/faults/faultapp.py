@@ -343,7 +343,7 @@ async def main() -> None:
     app = build_app(_url())
     settings = {**BASE_CONFIG, **json.loads(os.environ.get("TETHER_FAULT_CONFIG", "{}"))}
     for sched in settings.pop("schedules", ()):
-        app.schedule("work", cron=sched["cron"], name=sched["name"], args={"ms": 10})
+        app.schedules.declare("work", cron=sched["cron"], name=sched["name"], args={"ms": 10})
     if (retention := settings.pop("retention", None)) is not None:
         app.config = dataclasses.replace(app.config, retention=RetentionConfig(**retention))
     if "queues" in settings:

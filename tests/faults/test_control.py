@@ -151,7 +151,7 @@ async def test_pause_under_load(scenario: MakeScenario) -> None:
 
     producer = asyncio.create_task(produce())
     await asyncio.sleep(1.0)
-    await s.app.pause_queue("default", reason="fault test")
+    await s.app.queues.pause("default", reason="fault test")
     t_ack = time.time()
     s.history.add("pause_queue")
     await asyncio.sleep(1.0)
@@ -165,7 +165,7 @@ async def test_pause_under_load(scenario: MakeScenario) -> None:
     await asyncio.sleep(4.0)
     queued_while_paused = s.db.counts()
     t_resume = time.time()
-    await s.app.resume_queue("default")
+    await s.app.queues.resume("default")
     s.history.add("resume_queue")
     await wait_all_done(s.db, 60)
     await s.unsupervise()

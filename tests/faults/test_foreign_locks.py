@@ -240,9 +240,9 @@ async def watch_freed(s: Scenario, kill: dict[str, Any], timeout: float) -> None
 async def foreign_locks(s: Scenario, seed: int) -> None:
     p = s.params
     rng = random.Random(seed)
-    await s.app.rate_limit(task="paced", per_second=RATE, burst=BURST)
+    await s.app.queues.rate_limit(task="paced", per_second=RATE, burst=BURST)
     for k in range(3):
-        await s.app.configure_key(f"k{k}", max_running=1)
+        await s.app.queues.configure_key(f"k{k}", max_running=1)
     for name in WORKERS:
         s.cluster.start(name, schedules=[{"name": "tick", "cron": "* * * * * *"}])
     await s.registered(WORKERS)
@@ -274,7 +274,7 @@ async def foreign_locks(s: Scenario, seed: int) -> None:
     await asyncio.gather(*holds)
     paused_at = time.time()
     with contextlib.suppress(Exception):
-        await s.app.pause_schedule("tick")
+        await s.app.schedules.pause("tick")
     await asyncio.sleep(1.5)
     with contextlib.suppress(AssertionError):  # a stuck job fails the check below
         await wait_all_done(s.db, timeout=p["drain_timeout"])

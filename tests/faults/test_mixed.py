@@ -161,7 +161,7 @@ def leader_name(s: Scenario) -> str | None:
 async def mixed(s: Scenario, seed: int) -> None:
     p = s.params
     rng = random.Random(seed)
-    await s.app.rate_limit(task="paced", per_second=RATE, burst=BURST)
+    await s.app.queues.rate_limit(task="paced", per_second=RATE, burst=BURST)
     for name, kind in WORKERS.items():
         s.cluster.start(name, schedules=[{"name": KINDS[kind], "cron": "* * * * * *"}])
     await s.registered(WORKERS)
@@ -208,12 +208,12 @@ async def mixed(s: Scenario, seed: int) -> None:
     await asyncio.sleep(RETENTION["succeeded"] + 2 * RETENTION["interval"] + 1)
     for job in load.failing:
         await asyncio.to_thread(Path(retried_marker(job, s.run_dir)).touch)
-        await s.app.retry(job)
+        await s.app.jobs.retry(job)
     s.history.add("retried", ids=load.failing)
     paused_at = time.time()
     for name in KINDS.values():
         with contextlib.suppress(Exception):  # a schedule no leader has seen yet
-            await s.app.pause_schedule(name)
+            await s.app.schedules.pause(name)
     await asyncio.sleep(1.5)  # a tick taken just before the pause
     with contextlib.suppress(AssertionError):  # a stuck job fails the check below
         await wait_all_done(s.db, timeout=p["drain_timeout"])

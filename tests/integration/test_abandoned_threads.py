@@ -86,7 +86,7 @@ async def test_pool_full_of_abandoned_threads_claims_no_thread_jobs_and_says_so(
         assert "thread pool exhausted" in caplog.text
 
         async def reported() -> bool:
-            (row,) = [w for w in await app.workers() if w.id == worker.id]
+            (row,) = [w for w in await app.admin.workers() if w.id == worker.id]
             return row.abandoned_threads == 1 + SPARE_THREADS and row.thread_pool_full
 
         await eventually(reported)
@@ -104,7 +104,7 @@ async def test_pool_full_of_abandoned_threads_claims_no_thread_jobs_and_says_so(
         assert (done.state, done.result) == (JobState.SUCCEEDED, 1)
 
         async def recovered() -> bool:
-            (row,) = [w for w in await app.workers() if w.id == worker.id]
+            (row,) = [w for w in await app.admin.workers() if w.id == worker.id]
             return row.abandoned_threads == 0 and not row.thread_pool_full
 
         await eventually(recovered)
@@ -128,7 +128,7 @@ async def test_worker_stops_for_a_restart_past_max_abandoned_threads(
         await _abandon(app, started, 1)
         await asyncio.wait_for(running, 30)  # stopped by itself, gracefully
         assert worker.exit_code == EXIT_RESTART
-        (row,) = [w for w in await app.workers() if w.id == worker.id]
+        (row,) = [w for w in await app.admin.workers() if w.id == worker.id]
         assert (row.state, row.abandoned_threads) == ("stopped", 2)
     finally:
         gate.set()
@@ -149,7 +149,7 @@ async def test_claimed_job_whose_handler_cannot_start_goes_back_unstarted(
         job = await app.enqueue("quick")
 
         async def handed_back() -> bool:
-            events = await app.events(job.id)
+            events = await app.jobs.events(job.id)
             return any(
                 e.to_state is JobState.QUEUED
                 and (e.reason or "").startswith("handed back unstarted")

@@ -18,7 +18,7 @@ def echo_app(app: App) -> App:
 
 
 async def _nothing_written(app: App) -> None:
-    assert sum((await app.stats()).values()) == 0
+    assert sum((await app.jobs.stats()).values()) == 0
 
 
 async def test_unknown_task_is_refused(echo_app: App) -> None:
@@ -74,7 +74,7 @@ async def test_unknown_job_id_is_a_clear_error(echo_app: App) -> None:
     with pytest.raises(tether.JobNotFoundError):
         await echo_app.wait(424242, timeout=1)
     with pytest.raises(tether.JobNotFoundError):
-        await echo_app.events(424242)
+        await echo_app.jobs.events(424242)
 
 
 async def test_cancelling_twice_is_not_an_error(echo_app: App) -> None:
@@ -103,7 +103,7 @@ async def test_invalid_enqueue_options_are_refused(echo_app: App) -> None:
     with pytest.raises(tether.InvalidJobError):
         await echo_app.enqueue("echo", {}, timeout=0)
     with pytest.raises(tether.InvalidJobError):
-        await echo_app.list(state="bogus")
+        await echo_app.jobs.list(state="bogus")
     await _nothing_written(echo_app)
 
 
@@ -112,7 +112,7 @@ async def test_idempotency_key_returns_the_same_job(echo_app: App) -> None:
     again = await echo_app.enqueue("echo", {"n": 2}, idempotency_key="order-7")
     assert again.id == first.id
     assert again.args == {"n": 1}
-    assert (await echo_app.stats())["queued"] == 1
+    assert (await echo_app.jobs.stats())["queued"] == 1
 
 
 def test_sync_callers_can_enqueue_and_read(db_url: str) -> None:

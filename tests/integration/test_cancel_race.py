@@ -44,7 +44,7 @@ async def test_cancel_racing_completion_hundreds_of_times(app: App) -> None:
         final = await app.get(job_id)
         expected = JobState.CANCELLED if outcome == "cancelled" else JobState.SUCCEEDED
         assert final.state is expected, (outcome, final)
-        terminal = [e for e in await app.events(final.id) if e.to_state.value in _TERMINAL]
+        terminal = [e for e in await app.jobs.events(final.id) if e.to_state.value in _TERMINAL]
         assert len(terminal) == 1, terminal
         if final.state is JobState.CANCELLED:
             assert final.result is None

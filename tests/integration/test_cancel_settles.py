@@ -43,7 +43,7 @@ def follow_up(store: Store) -> CancellationFollowUp:
 
 
 async def _record_in(app: App, job_id: int, status: str) -> tether.CancellationRecord | None:
-    record = await app.cancellation(job_id)
+    record = await app.cancellations.get(job_id)
     return record if record is not None and record.status == status else None
 
 
@@ -70,14 +70,14 @@ async def test_a_record_whose_canceller_was_killed_is_settled_and_a_later_cancel
     # The job stops (its lease ends with the cancel pending); the record's driver is gone.
     await eventually(lambda: _rescued(store, job.id), timeout=30)
     assert (await app.get(job.id)).state is JobState.CANCELLED
-    dead = await app.cancellation(job.id)
+    dead = await app.cancellations.get(job.id)
     assert dead is not None and dead.status == "stopping_runners"
 
     service = follow_up(store)
     # Adopted once the wait its canceller asked for (3 s) is over, not before.
     settled = await eventually(service.run_once, timeout=30, every=0.2)
     assert settled == [dead.id]
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.status == "completed"
     step = record.steps[-1]
     assert (step.name, step.details["previous_status"]) == (SETTLE_STEP, "stopping_runners")
@@ -87,7 +87,7 @@ async def test_a_record_whose_canceller_was_killed_is_settled_and_a_later_cancel
 
     later = await app.cancel(job.id, wait=1)
     assert (later.success, later.outcome, later.errors) == (True, "already_cancelled", [])
-    assert await app.wait_cancelled(job.id, timeout=1) == (True, [])
+    assert await app.cancellations.wait(job.id, timeout=1) == (True, [])
 
 
 async def _rescued(store: Store, job_id: int) -> bool:
@@ -115,10 +115,10 @@ async def test_a_record_left_half_way_is_settled_from_the_job_states(app: App) -
     assert created and row.status == "initiated"
     assert await follow_up(store).run_once() == ["cancel-dead"]
     assert (await app.get(job.id)).state is JobState.CANCELLED
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.status == "completed"
     assert [s.name for s in record.steps] == [SETTLE_STEP]
-    assert await app.wait_cancelled(job.id, timeout=1) == (True, [])
+    assert await app.cancellations.wait(job.id, timeout=1) == (True, [])
 
 
 class FailingStore:
@@ -197,7 +197,7 @@ async def test_a_cancel_whose_request_keeps_failing_is_recorded_failed_with_the_
     with pytest.raises(StoreError, match="down"):
         await cancel_through(down, job, retry=QUICK)
     assert down.left == 0, "every try failed"
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and (record.status, record.error) == ("failed", "StoreError: down")
     assert [(s.name, s.status) for s in record.steps] == [("request", "failed")]
     assert (await app.get(job.id)).state is JobState.QUEUED  # it was never asked to stop
@@ -215,7 +215,7 @@ async def test_a_record_whose_writes_keep_failing_ends_failed_with_the_error(app
     assert down.left == 0, "every try of the first write failed"
     assert (result.status, result.success) == ("failed", False)
     assert result.errors == ["StoreError: down"]
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and (record.status, record.error) == ("failed", "StoreError: down")
     fault = record.steps[-1]
     assert (fault.name, fault.status, fault.details) == (
@@ -233,7 +233,7 @@ async def test_a_record_nobody_could_write_is_settled_by_the_follow_up(app: App)
     assert result.status == "initiated" and "StoreError: down" in result.errors
     # The store answers again; the canceller has given up: the follow-up settles it.
     assert await follow_up(store).run_once() == [result.cancellation_id]
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.status == "completed"
     assert record.steps[-1].name == SETTLE_STEP
 
@@ -271,14 +271,14 @@ async def test_waiting_for_a_cancellation_waits_until_the_job_has_stopped(app: A
         await asyncio.wait_for(started.wait(), 10)
         answer = await app.cancel(job.id, wait=0)
         assert (answer.status, answer.outcome) == ("partial", "requested")
-        waiter = asyncio.create_task(app.wait_cancelled(job.id, timeout=10))
+        waiter = asyncio.create_task(app.cancellations.wait(job.id, timeout=10))
         done, _ = await asyncio.wait({waiter}, timeout=0.5)
         assert not done, "it answered while the job still ran"
         assert (await app.get(job.id)).state is JobState.RUNNING
         release.set()
         assert await asyncio.wait_for(waiter, 15) == (True, [])
         assert (await app.get(job.id)).state is JobState.CANCELLED
-        record = await app.cancellation(job.id)
+        record = await app.cancellations.get(job.id)
         assert record is not None and record.status == "completed" and record.error is None
     finally:
         release.set()

@@ -81,11 +81,11 @@ async def rescued(app: App, ids: list[int]) -> list[tuple[int, str | None]]:
 
 
 async def _running(app: App, n: int) -> bool:
-    return (await app.stats())["running"] >= n
+    return (await app.jobs.stats())["running"] >= n
 
 
 async def _all_succeeded(app: App, n: int) -> bool:
-    return (await app.stats())["succeeded"] == n
+    return (await app.jobs.stats())["succeeded"] == n
 
 
 def start_worker(url: str, log_dir: Path, clock: Path, n: int) -> subprocess.Popen[bytes]:

@@ -41,11 +41,11 @@ async def _in_state(app: App, job_id: int, state: JobState) -> tether.Job | None
 
 
 async def _record(app: App, job_id: int) -> tether.CancellationRecord | None:
-    return await app.cancellation(job_id)
+    return await app.cancellations.get(job_id)
 
 
 async def _record_in(app: App, job_id: int, status: str) -> tether.CancellationRecord | None:
-    record = await app.cancellation(job_id)
+    record = await app.cancellations.get(job_id)
     return record if record is not None and record.status == status else None
 
 
@@ -95,7 +95,7 @@ async def test_cancelling_a_running_job_persists_a_completed_record_with_every_s
     assert seen == ["signal:cancel", "CancelledError"]
     assert (result.job.state, result.job.stopped_by) == (JobState.CANCELLED, "task_cancelled")
 
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.settled
     assert (record.id, record.job_id, record.status) == (
         result.cancellation_id,
@@ -121,8 +121,8 @@ async def test_cancelling_a_running_job_persists_a_completed_record_with_every_s
     assert record.result is not None and set(record.result.to_json()) == RESULT_KEYS
     assert record.result.tasks_cancelled == [job.id]
     assert record.error is None
-    assert [c.id for c in await app.cancellations()] == [record.id]
-    (repo,) = [lim for lim in await app.limits() if lim.name == "resource:repo"]
+    assert [c.id for c in await app.cancellations.list()] == [record.id]
+    (repo,) = [lim for lim in await app.queues.limits() if lim.name == "resource:repo"]
     assert repo.used == 0
 
 
@@ -175,7 +175,7 @@ async def test_cancelling_a_queued_job_records_completed_with_stop_runners_skipp
     )
     assert result.runners_terminated == [] and result.slots_released == []
     assert result.tasks_cancelled == [job.id]
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.status == "completed"
     assert [(s.name, s.status) for s in record.steps] == [
         ("request", "completed"),
@@ -200,8 +200,8 @@ async def test_cancelling_a_succeeded_job_is_refused_and_leaves_no_record(
     with pytest.raises(tether.IllegalTransitionError, match="it is succeeded"):
         await app.cancel(done.id)
     assert await app.get(done.id) == done
-    assert await app.cancellation(done.id) is None
-    assert await app.cancellations() == []
+    assert await app.cancellations.get(done.id) is None
+    assert await app.cancellations.list() == []
 
 
 async def test_cancelling_an_unknown_job_raises_job_not_found_and_records_nothing(
@@ -214,11 +214,11 @@ async def test_cancelling_an_unknown_job_raises_job_not_found_and_records_nothin
     with pytest.raises(tether.JobNotFoundError):
         await app.cancel(424242)
     with pytest.raises(tether.JobNotFoundError):
-        await app.cancellation(424242)
+        await app.cancellations.get(424242)
     with pytest.raises(tether.JobNotFoundError):
-        await app.wait_cancelled(424242, timeout=0.1)
-    assert await app.cancellations() == []
-    assert sum((await app.stats()).values()) == 0
+        await app.cancellations.wait(424242, timeout=0.1)
+    assert await app.cancellations.list() == []
+    assert sum((await app.jobs.stats()).values()) == 0
 
 
 async def test_a_forced_second_request_escalates_the_cancellation_in_progress(
@@ -269,7 +269,7 @@ async def test_second_cancel_while_the_first_is_in_progress_shares_its_record(
     assert r1.cancellation_id == r2.cancellation_id
     assert (r1.status, r2.status) == ("completed", "completed")
     assert (r1.outcome, r2.outcome) == ("cancelled", "cancelled")
-    records = [c for c in await app.cancellations() if c.job_id == job.id]
+    records = [c for c in await app.cancellations.list() if c.job_id == job.id]
     assert [(c.id, c.reason, c.force) for c in records] == [(r1.cancellation_id, "first", False)]
     final = await app.get(job.id)
     assert (final.state, final.cancel_reason) == (JobState.CANCELLED, "first")
@@ -295,10 +295,10 @@ async def test_five_concurrent_cancels_of_one_running_job_make_exactly_one_recor
     assert len({r.cancellation_id for r in results}) == 1
     assert all(r.cancellation_id for r in results)
     assert {(r.status, r.outcome) for r in results} == {("completed", "cancelled")}
-    records = await app.cancellations()
+    records = await app.cancellations.list()
     assert [c.id for c in records] == [results[0].cancellation_id]
     assert (await app.get(job.id)).state is JobState.CANCELLED
-    terminal = [e for e in await app.events(job.id) if e.to_state is JobState.CANCELLED]
+    terminal = [e for e in await app.jobs.events(job.id) if e.to_state is JobState.CANCELLED]
     assert len(terminal) == 1
 
 
@@ -316,14 +316,14 @@ async def test_repeated_cancel_with_the_same_request_id_returns_the_same_record(
     assert again.status == "completed"
     assert again.outcome in ("cancelled", "already_cancelled")
     assert again.job.state is JobState.CANCELLED
-    records = await app.cancellations()
+    records = await app.cancellations.list()
     assert [(c.id, c.request_id, c.reason) for c in records] == [
         (first.cancellation_id, "req-1", "once")
     ]
     # A plain repeat (no request id) also answers with the job's one record.
     plain = await app.cancel(job.id)
     assert plain.cancellation_id == first.cancellation_id
-    assert len(await app.cancellations()) == 1
+    assert len(await app.cancellations.list()) == 1
 
 
 async def test_request_id_of_another_jobs_cancellation_is_refused_at_once(app: App) -> None:
@@ -368,17 +368,17 @@ async def test_cancel_that_outlasts_its_wait_is_partial_and_the_job_still_ends_c
     assert stop.status == "failed" and stop.error == result.errors[0]
     assert result.slots_released == []
     # Waiting waits until the job has stopped; the error that resolved is not current.
-    assert await app.wait_cancelled(job.id, timeout=10) == (True, [])
+    assert await app.cancellations.wait(job.id, timeout=10) == (True, [])
     final = await app.get(job.id)
     assert (final.state, final.stopped_by) == (JobState.CANCELLED, "task_cancelled")
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.status == "completed"
     follow = record.steps[-1]
     assert (follow.name, follow.details["ended"]) == ("follow_up", {str(job.id): "cancelled"})
     assert record.error is None and record.result is not None
     assert record.result.errors == [] and record.result.tasks_cancelled == [job.id]
     assert any("(task_cancelled)" in r for r in record.result.runners_terminated or [])
-    assert await app.wait_cancelled(job.id, timeout=1) == (True, [])
+    assert await app.cancellations.wait(job.id, timeout=1) == (True, [])
 
 
 async def test_follow_up_keeps_other_errors_and_follows_up_once(app: App) -> None:
@@ -389,7 +389,7 @@ async def test_follow_up_keeps_other_errors_and_follows_up_once(app: App) -> Non
     store = await app.store()
     job = await idle.enqueue()
     await app.cancel(job.id)  # a record and a cancelled job; now make the record partial
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None
     still = f"job {job.id} still running after 0s; it cannot run again"
     other = "job 99's handler ignored cancellation and was abandoned"
@@ -408,7 +408,7 @@ async def test_follow_up_keeps_other_errors_and_follows_up_once(app: App) -> Non
     service = CancellationService(store, poll_interval=0.05)
     assert await service.follow_up() == [record.id]
     assert await service.follow_up() == []  # once only, though it stays partial
-    after = await app.cancellation(job.id)
+    after = await app.cancellations.get(job.id)
     assert after is not None and after.status == "partial" and after.error == other
     assert [s.name for s in after.steps] == ["stop_runners", "follow_up"]
     assert after.result is not None and after.result.tasks_cancelled == [job.id]
@@ -483,16 +483,16 @@ async def test_thread_job_ignoring_cancel_is_abandoned_and_its_late_writes_do_no
     assert (result.job.state, result.job.stopped_by) == (JobState.CANCELLED, "abandoned")
     assert_one_runner(result, worker, "abandoned")
     assert len(result.errors) == 1 and "abandoned" in result.errors[0]
-    record = await app.cancellation(job.id)
+    record = await app.cancellations.get(job.id)
     assert record is not None and record.status == "partial"
     assert record.error is not None and "abandoned" in record.error
-    ok, errors = await app.wait_cancelled(job.id, timeout=5)
+    ok, errors = await app.cancellations.wait(job.id, timeout=5)
     assert ok is False and errors == result.errors
 
     assert late == ["refused", "refused"]
     after = await app.get(job.id)
     assert (after.state, after.checkpoint) == (JobState.CANCELLED, {"step": 1})
-    assert await app.artifacts(job.id) == []
+    assert await app.jobs.artifacts(job.id) == []
 
 
 # -- wait_cancelled ----------------------------------------------------------------------
@@ -518,16 +518,16 @@ async def test_wait_cancelled_is_woken_when_the_cancellation_settles(db_url: str
         await asyncio.wait_for(started.wait(), 10)
         cancelling = asyncio.create_task(app.cancel(job.id, wait=25))
         await eventually(lambda: _record_in(app, job.id, "stopping_runners"))
-        waiter = asyncio.create_task(app.wait_cancelled(job.id, timeout=30))
+        waiter = asyncio.create_task(app.cancellations.wait(job.id, timeout=30))
         done, _ = await asyncio.wait({waiter}, timeout=0.3)
         assert not done
         release.set()
         assert await asyncio.wait_for(waiter, 10) == (True, [])
-        record = await app.cancellation(job.id)
+        record = await app.cancellations.get(job.id)
         assert record is not None and record.settled and record.status == "completed"
         await asyncio.wait_for(cancelling, 10)
         # Once settled, it is answered at once.
-        assert await asyncio.wait_for(app.wait_cancelled(job.id, timeout=30), 5) == (True, [])
+        assert await asyncio.wait_for(app.cancellations.wait(job.id, timeout=30), 5) == (True, [])
     finally:
         await worker.stop()
         await app.close()
@@ -543,7 +543,7 @@ async def test_wait_cancelled_for_a_job_never_cancelled_returns_false_after_its_
     job = await idle.enqueue()
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    ok, errors = await app.wait_cancelled(job.id, timeout=0.3)
+    ok, errors = await app.cancellations.wait(job.id, timeout=0.3)
     assert loop.time() - t0 >= 0.3
     assert (ok, errors) == (False, [f"job {job.id} has no cancellation"])
     assert (await app.get(job.id)).state is JobState.QUEUED
@@ -569,7 +569,7 @@ async def test_wait_cancelled_in_another_app_is_woken_by_notify(pg_url: str) -> 
         await asyncio.wait_for(started.wait(), 10)
         cancelling = asyncio.create_task(app.cancel(job.id, wait=25))
         await eventually(lambda: _record_in(observer, job.id, "stopping_runners"))
-        waiter = asyncio.create_task(observer.wait_cancelled(job.id, timeout=30))
+        waiter = asyncio.create_task(observer.cancellations.wait(job.id, timeout=30))
         done, _ = await asyncio.wait({waiter}, timeout=0.5)
         assert not done
         release.set()
@@ -596,14 +596,14 @@ async def test_pausing_a_queued_job_pauses_it_at_once_and_resume_runs_it(
 
     worker = await workers(services=False)
     job = await later.enqueue()
-    paused = await app.pause(job.id, reason="hold on")
+    paused = await app.jobs.pause(job.id, reason="hold on")
     assert (paused.state, paused.display_state, paused.pause_reason) == (
         JobState.PAUSED,
         "paused",
         "hold on",
     )
     assert await worker.claimer.run_once() == 0
-    resumed = await app.resume(job.id)
+    resumed = await app.jobs.resume(job.id)
     assert (resumed.state, resumed.pause_reason) == (JobState.QUEUED, None)
     assert await worker.claimer.run_once() == 1
     done = await app.wait(job.id, timeout=10)
@@ -634,7 +634,7 @@ async def test_pausing_a_running_job_stops_it_at_a_checkpoint_and_resume_continu
     await workers()
     job = await long.enqueue(n=5)
     await asyncio.wait_for(halfway.wait(), 10)
-    pausing = await app.pause(job.id, reason="need the machine")
+    pausing = await app.jobs.pause(job.id, reason="need the machine")
     assert (pausing.state, pausing.display_state) == (JobState.RUNNING, "pausing")
     paused = await eventually(lambda: _in_state(app, job.id, JobState.PAUSED))
     assert reasons == ["pause"]
@@ -643,12 +643,12 @@ async def test_pausing_a_running_job_stops_it_at_a_checkpoint_and_resume_continu
     assert paused.pause_reason == "need the machine"
     assert paused.stopped_by == "cooperative"
 
-    resumed = await app.resume(job.id)
+    resumed = await app.jobs.resume(job.id)
     assert resumed.state is JobState.QUEUED
     done = await app.wait(job.id, timeout=10)
     assert (done.state, done.result, done.attempt) == (JobState.SUCCEEDED, 5, 1)
     assert runs == [0, 3], "the second run starts from the checkpoint"
-    path = [e.to_state for e in await app.events(job.id)]
+    path = [e.to_state for e in await app.jobs.events(job.id)]
     assert path == [
         JobState.QUEUED,
         JobState.RUNNING,
@@ -675,7 +675,7 @@ async def test_pause_of_a_running_job_survives_a_graceful_worker_stop(app: App) 
     job = await busy.enqueue()
     assert await first.claimer.run_once() == 1
     await asyncio.wait_for(started.wait(), 10)
-    assert (await app.pause(job.id, reason="keep it")).display_state == "pausing"
+    assert (await app.jobs.pause(job.id, reason="keep it")).display_state == "pausing"
     await first.stop()
 
     held = await app.get(job.id)
@@ -708,7 +708,7 @@ async def test_pause_of_a_running_job_survives_its_worker_dying(app: App) -> Non
     job = await busy.enqueue()
     assert await doomed.claimer.run_once() == 1
     await asyncio.wait_for(started.wait(), 10)
-    await app.pause(job.id)
+    await app.jobs.pause(job.id)
     store = await app.store()
     await store.set_worker_state(doomed.id, "dead")  # as the rescuer finds it
 
@@ -726,7 +726,7 @@ async def test_pause_of_a_running_job_survives_its_worker_dying(app: App) -> Non
         await doomed.stop()  # its late outcome is fenced out
         after = await app.get(job.id)
         assert after.state is JobState.PAUSED
-        assert (await app.events(job.id))[-1].reason == "rescued with a pending pause"
+        assert (await app.jobs.events(job.id))[-1].reason == "rescued with a pending pause"
     finally:
         await heir.stop()
         await doomed.stop()
@@ -752,7 +752,7 @@ async def test_pausing_a_finished_job_is_refused_and_changes_nothing(
     ]
     for job in (ok, failed, cancelled):
         with pytest.raises(tether.IllegalTransitionError, match="cannot pause"):
-            await app.pause(job.id)
+            await app.jobs.pause(job.id)
         assert await app.get(job.id) == job
 
 
@@ -776,13 +776,13 @@ async def test_resuming_a_job_that_is_not_paused_is_refused_and_changes_nothing(
     for job_id in (queued.id, running.id):
         before = await app.get(job_id)
         with pytest.raises(tether.IllegalTransitionError, match="cannot resume"):
-            await app.resume(job_id)
+            await app.jobs.resume(job_id)
         assert await app.get(job_id) == before
     await app.cancel(running.id, wait=0)
     await worker.heartbeater.run_once()  # delivers the cancel
     assert (await app.wait(running.id, timeout=10)).state is JobState.CANCELLED
     with pytest.raises(tether.JobNotFoundError):
-        await app.resume(424242)
+        await app.jobs.resume(424242)
 
 
 # -- queue pause -------------------------------------------------------------------------
@@ -804,10 +804,10 @@ async def test_paused_queue_makes_no_claims_while_running_jobs_finish(
     running = await job_.enqueue(n=1)
     assert await worker.claimer.run_once() == 1
     await asyncio.wait_for(started.wait(), 10)
-    await app.pause_queue("default", reason="deploy")
+    await app.queues.pause("default", reason="deploy")
     waiting = await job_.enqueue(n=2)
     assert await worker.claimer.run_once() == 0
-    queues = {q.name: q for q in await app.queues()}
+    queues = {q.name: q for q in await app.queues.list()}
     assert (queues["default"].paused, queues["default"].reason) == (True, "deploy")
 
     gate.set()
@@ -815,8 +815,8 @@ async def test_paused_queue_makes_no_claims_while_running_jobs_finish(
     assert await worker.claimer.run_once() == 0
     assert (await app.get(waiting.id)).state is JobState.QUEUED
 
-    await app.resume_queue("default")
-    assert not {q.name: q for q in await app.queues()}["default"].paused
+    await app.queues.resume("default")
+    assert not {q.name: q for q in await app.queues.list()}["default"].paused
     assert await worker.claimer.run_once() == 1
     assert (await app.wait(waiting.id, timeout=10)).state is JobState.SUCCEEDED
 
@@ -849,7 +849,7 @@ async def test_usage_over_budget_pauses_the_job_and_a_larger_budget_resumes_it(
     assert paused.pause_reason == "budget exceeded: used 12 of 10"
     assert (paused.usage, paused.checkpoint, paused.attempt) == (12, {"next": 3}, 0)
 
-    resumed = await app.resume(job.id, budget=100)
+    resumed = await app.jobs.resume(job.id, budget=100)
     assert (resumed.state, resumed.budget) == (JobState.QUEUED, 100)
     done = await app.wait(job.id, timeout=10)
     assert (done.state, done.result, done.usage) == (JobState.SUCCEEDED, 20, 20)
@@ -876,7 +876,7 @@ async def test_cancelling_a_job_paused_over_its_budget_fails_it(
     assert result.tasks_failed == [job.id] and result.tasks_cancelled == []
     final = await app.get(job.id)
     assert (final.state, final.usage, final.budget) == (JobState.FAILED, 50, 10)
-    last = (await app.events(job.id))[-1]
+    last = (await app.jobs.events(job.id))[-1]
     assert (last.from_state, last.to_state, last.reason) == (
         JobState.PAUSED,
         JobState.FAILED,
@@ -896,13 +896,13 @@ async def test_a_budget_that_is_not_positive_is_refused_at_enqueue_and_at_resume
             await app.enqueue(priced, {}, budget=budget)
         with pytest.raises(tether.InvalidJobError, match="budget must be positive"):
             await priced.options(budget=budget).enqueue()
-    assert sum((await app.stats()).values()) == 0
+    assert sum((await app.jobs.stats()).values()) == 0
 
     job = await priced.options(budget=5).enqueue()
-    paused = await app.pause(job.id)
+    paused = await app.jobs.pause(job.id)
     for budget in (0, -1):
         with pytest.raises(tether.InvalidJobError, match="budget must be positive"):
-            await app.resume(job.id, budget=budget)
+            await app.jobs.resume(job.id, budget=budget)
     assert await app.get(job.id) == paused
 
 
@@ -929,15 +929,15 @@ async def test_artifacts_are_kept_when_a_job_is_cancelled_and_listed_in_the_reco
     result = await app.cancel(job.id)
     assert result.outcome == "cancelled"
     assert artifact_names(result.artifacts_preserved) == ["data.bin", "report.txt"]
-    listed = await app.artifacts(job.id)
+    listed = await app.jobs.artifacts(job.id)
     assert [(a.job_id, a.name, a.size) for a in listed] == [
         (job.id, "data.bin", 256),
         (job.id, "report.txt", 16),
     ]
-    assert await app.artifact(job.id, "report.txt") == b"page one and two"
-    assert await app.artifact(job.id, "data.bin") == bytes(range(256))
+    assert await app.jobs.artifact(job.id, "report.txt") == b"page one and two"
+    assert await app.jobs.artifact(job.id, "data.bin") == bytes(range(256))
     with pytest.raises(LookupError, match="no artifact named"):
-        await app.artifact(job.id, "missing")
+        await app.jobs.artifact(job.id, "missing")
 
 
 async def test_artifacts_are_kept_when_a_job_fails(app: App, workers: StartWorker) -> None:
@@ -949,8 +949,8 @@ async def test_artifacts_are_kept_when_a_job_fails(app: App, workers: StartWorke
     await workers()
     job = await app.wait((await doomed.enqueue()).id, timeout=10)
     assert job.state is JobState.FAILED
-    assert [a.name for a in await app.artifacts(job.id)] == ["trace.log"]
-    assert await app.artifact(job.id, "trace.log") == b"what went wrong"
+    assert [a.name for a in await app.jobs.artifacts(job.id)] == ["trace.log"]
+    assert await app.jobs.artifact(job.id, "trace.log") == b"what went wrong"
 
 
 async def test_oversized_artifact_is_refused_and_not_stored(db_url: str) -> None:
@@ -974,6 +974,6 @@ async def test_oversized_artifact_is_refused_and_not_stored(db_url: str) -> None
     try:
         assert job.state is JobState.SUCCEEDED
         assert len(refused) == 1 and "exceeds 16 bytes" in str(refused[0])
-        assert [(a.name, a.size) for a in await app.artifacts(job.id)] == [("small", 16)]
+        assert [(a.name, a.size) for a in await app.jobs.artifacts(job.id)] == [("small", 16)]
     finally:
         await app.close()

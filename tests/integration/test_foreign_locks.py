@@ -129,7 +129,7 @@ async def test_rows_held_for_twice_the_lease_cost_no_lease_and_hold_up_nothing_e
 
 
 async def _succeeded(app: App) -> int:
-    return (await app.stats())["succeeded"]
+    return (await app.jobs.stats())["succeeded"]
 
 
 async def _scheduled(app: App) -> bool:

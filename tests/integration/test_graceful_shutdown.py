@@ -89,7 +89,7 @@ async def test_stop_finishes_short_jobs_and_releases_long_ones_within_stop_timeo
             assert released.attempt == 0, "a release does not spend an attempt"
             assert released.stopped_by == stopped_by
             assert released.lease_expires_at is None
-            last = (await app.events(job.id))[-1]
+            last = (await app.jobs.events(job.id))[-1]
             assert (last.from_state, last.to_state, last.reason) == (
                 JobState.RUNNING,
                 JobState.QUEUED,
@@ -97,7 +97,7 @@ async def test_stop_finishes_short_jobs_and_releases_long_ones_within_stop_timeo
             )
         untouched = await app.get(late.id)
         assert (untouched.state, untouched.attempt) == (JobState.QUEUED, 0)
-        (info,) = [w for w in await app.workers() if w.id == first.id]
+        (info,) = [w for w in await app.admin.workers() if w.id == first.id]
         assert info.state == "stopped"
 
         second = Worker(app, fast_config())
@@ -219,7 +219,7 @@ async def test_handler_sees_stopping_at_once_checkpoints_and_resumes_unspent(
     # (A claim already out when the stop began may have taken it again and handed it
     # back unstarted: that is a later event.)
     assert (JobState.RUNNING, JobState.QUEUED, "released at worker shutdown") in [
-        (e.from_state, e.to_state, e.reason) for e in await app.events(job.id)
+        (e.from_state, e.to_state, e.reason) for e in await app.jobs.events(job.id)
     ]
 
     second = Worker(app, fast_config())

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _limit(app: App, name: str) -> LimitInfo:
-    (found,) = [lim for lim in await app.limits() if lim.name == name]
+    (found,) = [lim for lim in await app.queues.limits() if lim.name == name]
     return found
 
 
@@ -99,7 +99,7 @@ async def test_configure_key_with_max_running_two_runs_two_at_once(
         return n
 
     jobs = [await pair.options(key="k").enqueue(n=i) for i in range(4)]
-    await app.configure_key("k", max_running=2)
+    await app.queues.configure_key("k", max_running=2)
     worker = await workers(services=False)
     assert await worker.claimer.run_once() == 2
     assert await worker.claimer.run_once() == 0
@@ -127,8 +127,8 @@ async def _started(seen: Peak, n: int) -> bool:
 
 async def test_max_running_below_one_is_refused(app: App) -> None:
     with pytest.raises(tether.InvalidJobError, match="max_running"):
-        await app.configure_key("k", max_running=0)
-    assert await app.limits() == []
+        await app.queues.configure_key("k", max_running=0)
+    assert await app.queues.limits() == []
 
 
 @pytest.mark.parametrize("release", ["resume", "retry", "cancel_failed", "cancel_paused"])
@@ -148,7 +148,7 @@ async def test_a_paused_or_failed_job_blocks_its_key_until_released(
     worker = await workers(services=False)
     first = await step.options(key="k").enqueue(n=1)
     if release in ("resume", "cancel_paused"):
-        await app.pause(first.id)
+        await app.jobs.pause(first.id)
     else:
         failing.add(1)
         assert await worker.claimer.run_once() == 1
@@ -161,10 +161,10 @@ async def test_a_paused_or_failed_job_blocks_its_key_until_released(
     assert (await app.get(second.id)).state is JobState.QUEUED
 
     if release == "resume":
-        await app.resume(first.id)
+        await app.jobs.resume(first.id)
     elif release == "retry":
         failing.clear()
-        await app.retry(first.id)
+        await app.jobs.retry(first.id)
     else:
         assert (await app.cancel(first.id)).outcome == "cancelled"
     assert (await _limit(app, "key:k")).held == 0
@@ -190,10 +190,10 @@ async def test_block_on_hold_false_lets_jobs_run_past_a_held_job(
     async def step(ctx: tether.JobContext, n: int) -> int:
         return n
 
-    await app.configure_key("k", block_on_hold=False)
+    await app.queues.configure_key("k", block_on_hold=False)
     worker = await workers(services=False)
     first = await step.options(key="k").enqueue(n=1)
-    await app.pause(first.id)
+    await app.jobs.pause(first.id)
     second = await step.options(key="k").enqueue(n=2)
     key = await _limit(app, "key:k")
     assert (key.held, key.block_on_hold, key.blocked_reason) == (1, False, None)
@@ -344,7 +344,7 @@ async def test_slot_of_a_sigkilled_worker_is_freed_by_rescue_and_the_next_job_ru
         try:
             await eventually(rescued)
             assert (await _limit(app, "resource:repo")).used == 0
-            events = await app.events(first.id)
+            events = await app.jobs.events(first.id)
             assert (events[-1].actor, events[-1].reason) == ("rescuer", "worker dead")
 
             assert await heir.claimer.run_once() == 1

@@ -45,7 +45,7 @@ async def test_worker_recovers_orphans_before_it_claims(app: App) -> None:
         recovered = await app.get(job.id)
         assert recovered.state is JobState.RETRYING
         assert recovered.attempt == 1, "the crash counts as an attempt"
-        assert (await app.events(job.id))[-1].reason == "worker dead"
+        assert (await app.jobs.events(job.id))[-1].reason == "worker dead"
     finally:
         await worker.stop()
 

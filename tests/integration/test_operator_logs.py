@@ -52,7 +52,7 @@ async def test_cancel_and_pause_reasons_reach_the_log_at_info(
         started.clear()
         other = await stepper.enqueue()
         await asyncio.wait_for(started.wait(), 10)
-        await app.pause(other.id, reason="vendor outage")
+        await app.jobs.pause(other.id, reason="vendor outage")
         ended = await eventually(lambda: _async(_events(caplog, other.id).get("job_finished")))
         asked = _events(caplog, other.id)["pause_requested"]
         assert "pause requested: vendor outage" in asked.getMessage()

@@ -67,7 +67,7 @@ async def scheduler(app: App, clock: Clock) -> Scheduler:
 
 
 async def scheduled_jobs(app: App) -> list[Job]:
-    return sorted(await app.list(limit=1000), key=lambda j: j.id)
+    return sorted(await app.jobs.list(limit=1000), key=lambda j: j.id)
 
 
 def keys(jobs: list[Job]) -> list[str]:
@@ -95,7 +95,7 @@ async def test_three_workers_enqueue_exactly_one_job_per_tick(
     jobs = await scheduled_jobs(schedulers[0].app)
     assert keys(jobs) == [key(12, 5), key(12, 10), key(12, 15)]
     assert all(j.args == {"kind": "daily"} for j in jobs)
-    [row] = await schedulers[1].app.list_schedules()
+    [row] = await schedulers[1].app.schedules.list()
     assert row.last_tick == at(12, 15) and row.last_job_id == jobs[-1].id
     assert row.next_tick is not None
 
@@ -147,16 +147,16 @@ async def test_a_paused_schedule_skips_its_ticks_until_resumed(
     app = apps()
     s = await scheduler(app, clock)
     await s.run_once()
-    await app.pause_schedule("report")
+    await app.schedules.pause("report")
     clock.at(12, 5, 1)
     assert await s.run_once() == []
-    [row] = await app.list_schedules()
+    [row] = await app.schedules.list()
     assert row.paused and row.last_tick == at(12, 5)
-    await app.resume_schedule("report")
+    await app.schedules.resume("report")
     clock.at(12, 10, 1)
     assert keys(await s.run_once()) == [key(12, 10)]
     with pytest.raises(ScheduleNotFoundError):
-        await app.pause_schedule("nope")
+        await app.schedules.pause("nope")
 
 
 async def test_killing_the_leader_hands_over_and_the_next_tick_runs_once(
@@ -172,7 +172,7 @@ async def test_killing_the_leader_hands_over_and_the_next_tick_runs_once(
         workers.append(w)
     old, new = workers
     assert await old.maintenance.leader.run_once() and not await new.maintenance.leader.run_once()
-    assert (await new.app.leader()).holder == old.id  # type: ignore[union-attr]
+    assert (await new.app.admin.leader()).holder == old.id  # type: ignore[union-attr]
     await old.maintenance.scheduler.run_once()
     assert await new.maintenance.scheduler.run_once() == []  # not the leader: does nothing
     # The leader is killed: it renews no more. Within the lease, another takes over.
@@ -182,7 +182,7 @@ async def test_killing_the_leader_hands_over_and_the_next_tick_runs_once(
         assert loop.time() - killed < 5.0, "no new leader within 5 s"
         await asyncio.sleep(0.05)
     assert not old.maintenance.leader.leading
-    assert (await old.app.leader()).holder == new.id  # type: ignore[union-attr]
+    assert (await old.app.admin.leader()).holder == new.id  # type: ignore[union-attr]
     clock.at(12, 5, 2)
     await new.maintenance.scheduler.run_once()
     await old.maintenance.scheduler.run_once()  # the old leader, if only frozen, acts no more
@@ -211,7 +211,7 @@ async def test_a_running_worker_leads_fires_schedules_and_prunes_on_its_own(
     worker = Worker(app, fast_config())
     await worker.start()
     try:
-        leader = await eventually(app.leader)
+        leader = await eventually(app.admin.leader)
         assert leader.holder == worker.id
         # Ticks are enqueued, run, succeed and (with a zero retention) are pruned.
         [row] = await eventually(lambda: _with_job(app))
@@ -222,12 +222,12 @@ async def test_a_running_worker_leads_fires_schedules_and_prunes_on_its_own(
         await app.close()
     # A graceful stop hands the lead back at once.
     other = App(db_url)
-    assert await other.leader() is None
+    assert await other.admin.leader() is None
     await other.close()
 
 
 async def _with_job(app: App) -> list[ScheduleRow] | None:
-    rows = await app.list_schedules()
+    rows = await app.schedules.list()
     return rows if rows and rows[0].last_job_id is not None else None
 
 

@@ -21,6 +21,7 @@ from tether.config import MaintenanceConfig
 from tether.errors import StoreError
 from tether.job import Job
 from tether.maintenance import Scheduler
+from tether.new_job import declarations
 
 Declare = Callable[[App], None]
 
@@ -77,7 +78,7 @@ class Fleet:
         return jobs
 
     async def jobs(self) -> list[Job]:
-        return sorted(await self.apps[0].list(limit=10_000), key=lambda j: j.id)
+        return sorted(await self.apps[0].jobs.list(limit=10_000), key=lambda j: j.id)
 
     async def close(self) -> None:
         for w in self.workers:
@@ -113,7 +114,7 @@ def billing(app: App) -> None:
     async def invoice(ctx: JobContext, n: int) -> int:
         return n
 
-    app.schedule(invoice, cron="*/5 * * * *", name="invoices", args={"n": 2})
+    app.schedules.declare(invoice, cron="*/5 * * * *", name="invoices", args={"n": 2})
 
 
 async def lead(worker: Worker) -> None:
@@ -140,7 +141,7 @@ async def test_the_leader_fires_the_schedules_of_another_kind_of_worker(
     assert invoice.args == {"n": 2}
     assert "invoice" not in " ".join(leader.app.tasks)
     # Each app lists both, and how many live workers declare each.
-    rows = {r.name: r for r in await leader.app.list_schedules()}
+    rows = {r.name: r for r in await leader.app.schedules.list()}
     assert set(rows) == {"report", "invoices"}
     assert (rows["report"].declared_by, rows["invoices"].declared_by) == (1, 1)
     assert rows["invoices"].defined_by == other.id
@@ -173,17 +174,17 @@ async def test_a_schedule_added_by_a_rolling_deploy_fires_under_the_old_leader(
     # Once no live worker declares it, it shows, and it goes only when removed.
     await new.stop()
     fleet.workers.remove(new)
-    rows = {r.name: r for r in await old.app.list_schedules()}
+    rows = {r.name: r for r in await old.app.schedules.list()}
     assert rows["invoices"].declared_by == 0 and rows["report"].declared_by == 1
     tick = tick.replace(minute=10)
     fleet.clock.now = tick + timedelta(seconds=1)
     await fleet.round()
     assert keyed(await fleet.jobs(), "schedule:invoices")[-1] == key("invoices", tick)
-    assert await old.app.remove_schedule("invoices") == 0
+    assert await old.app.schedules.remove("invoices") == 0
     fleet.clock.now = tick.replace(minute=15) + timedelta(seconds=1)
     await fleet.round()
     assert len(keyed(await fleet.jobs(), "schedule:invoices")) == 2
-    assert {r.name for r in await old.app.list_schedules()} == {"report"}
+    assert {r.name for r in await old.app.schedules.list()} == {"report"}
 
 
 def weekly(app: App) -> None:
@@ -203,7 +204,7 @@ async def test_the_newest_declaration_of_a_name_wins_with_a_warning(
         await fleet.round()
     [warning] = [r.getMessage() for r in caplog.records if "replaces" in r.getMessage()]
     assert "*/5 * * * *" in warning and "*/10 * * * *" in warning and first.id in warning
-    [row] = await first.app.list_schedules()
+    [row] = await first.app.schedules.list()
     assert (row.cron, row.defined_by) == ("*/10 * * * *", second_.id)
     # The leader fires the newest definition, not its own.
     fleet.clock.now = START.replace(minute=5, microsecond=0) + timedelta(seconds=1)
@@ -231,10 +232,13 @@ async def test_concurrent_declarations_of_a_name_leave_one_whole_definition(
         # A declaration that met the other's uncommitted row tries again next round.
         for s in schedulers:
             await s.run_once()
-        [row] = await apps[0].list_schedules()
+        [row] = await apps[0].schedules.list()
         winner = next(s for s in schedulers if s.holder == row.defined_by)
-        assert row.definition == winner.app.schedule_declarations()[0].definition
-        assert row.cron == winner.app.schedules["report"].cron
+        host = winner.app
+        limit = host.config.max_payload_bytes
+        [mine] = declarations(host.tasks, host.schedules.declared, max_payload_bytes=limit)
+        assert row.definition == mine.definition
+        assert row.cron == host.schedules.declared["report"].cron
     finally:
         for app in apps:
             await app.close()
@@ -305,11 +309,11 @@ async def test_a_held_schedule_row_stalls_neither_declarations_nor_ticks(pg_url:
             # The leader's round enqueues the ticks without waiting on the row.
             first = await asyncio.wait_for(a.maintenance.scheduler.run_once(), 5)
             assert keyed(first, "schedule:beat") == [key("beat", second(n)) for n in (1, 2)]
-            [row] = await a.app.list_schedules()
+            [row] = await a.app.schedules.list()
             assert row.last_tick == START  # its bookkeeping waits for the next round
             # A person removing it waits a bounded time, then is told why.
             with pytest.raises(StoreError, match="lock timeout"):
-                await asyncio.wait_for(a.app.remove_schedule("beat"), 10)
+                await asyncio.wait_for(a.app.schedules.remove("beat"), 10)
         fleet.clock.step(1.0)
         # The leader looks at ticks 1 and 2 again and gets their jobs back, not new ones;
         # then b records its definition.
@@ -317,7 +321,7 @@ async def test_a_held_schedule_row_stalls_neither_declarations_nor_ticks(pg_url:
         assert keyed(again, "schedule:beat") == [key("beat", second(n)) for n in (1, 2, 3)]
         assert [j.id for j in again[:2]] == [j.id for j in first]
         assert len(keyed(await fleet.jobs(), "schedule:beat")) == 3
-        [row] = await a.app.list_schedules()
+        [row] = await a.app.schedules.list()
         assert row.last_tick == second(3) and row.defined_by == b.id
     finally:
         await fleet.close()

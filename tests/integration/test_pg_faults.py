@@ -155,7 +155,7 @@ async def proxied(url: str) -> AsyncIterator[tuple[FaultProxy, str]]:
 
 
 async def test_api_answers_503_during_a_partition_and_health_recovers(pg_url: str) -> None:
-    await App(pg_url).migrate()
+    await App(pg_url).admin.migrate()
     async with proxied(pg_url) as (proxy, url):
         app = App(url, config=AppConfig(wait_poll_interval=0.05))
 
@@ -201,7 +201,7 @@ async def test_api_answers_503_during_a_partition_and_health_recovers(pg_url: st
 async def test_worker_statements_fail_instead_of_hanging_during_a_partition(
     pg_url: str,
 ) -> None:
-    await App(pg_url).migrate()
+    await App(pg_url).admin.migrate()
     async with proxied(pg_url) as (proxy, url):
         app = App(url, config=AppConfig(wait_poll_interval=0.05))
 
@@ -243,7 +243,7 @@ async def test_a_slow_statement_on_a_healthy_database_is_left_to_finish(pg_url: 
     try:
         async with await psycopg.AsyncConnection.connect(pg_url) as locker:
             await locker.execute("SELECT 1 FROM tether_jobs WHERE id = %s FOR UPDATE", (job.id,))
-            pausing = asyncio.ensure_future(app.pause(job.id))
+            pausing = asyncio.ensure_future(app.jobs.pause(job.id))
             await asyncio.sleep(1.0)  # several answer_timeouts
             assert not pausing.done()
             await locker.rollback()

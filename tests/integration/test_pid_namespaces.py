@@ -78,7 +78,7 @@ async def test_worker_in_another_pid_namespace_does_not_rescue_a_live_job(
 ) -> None:
     app = build_app(db_url)
     try:
-        await app.migrate()
+        await app.admin.migrate()
         holder = workers.start(own_pid_namespace=holder_in_namespace)
         await eventually(lambda: _started(holder), timeout=30)
         job = await app.enqueue("gated")
@@ -90,8 +90,8 @@ async def test_worker_in_another_pid_namespace_does_not_rescue_a_live_job(
         await eventually(lambda: _started(other), timeout=30)
         (workers.gate_dir / "open").touch()
         done = await app.wait(job.id, timeout=30)
-        rescues = [e for e in await app.events(job.id) if e.actor == "rescuer"]
-        both = await app.workers()
+        rescues = [e for e in await app.jobs.events(job.id) if e.actor == "rescuer"]
+        both = await app.admin.workers()
         assert len({w.host for w in both}) == 1  # one host name, two PID namespaces
         assert {
             "executions": len(workers.starts()),

@@ -138,7 +138,7 @@ async def test_process_handler_sees_pause_as_the_reason_when_paused(
     await workers(kill_timeout=30.0)
     job = await tasks["note_reason"].enqueue()
     await eventually(lambda: _started(app, job.id), timeout=30)
-    await app.pause(job.id)
+    await app.jobs.pause(job.id)
     paused = await eventually(lambda: _in_state(app, job.id, JobState.PAUSED), timeout=30)
     assert paused.stopped_by == "sigterm"
     assert paused.checkpoint == {"reason": "pause"}
@@ -220,7 +220,7 @@ async def test_force_cancel_kills_a_process_job_at_once(
             "sigkill",
             True,
         )
-        record = await app.cancellation(job.id)
+        record = await app.cancellations.get(job.id)
         assert record is not None and record.force is True
         assert _gone(pid)
     finally:
@@ -240,7 +240,7 @@ async def test_crash_of_the_child_process_fails_the_attempt_with_a_clear_error(
         assert done.state is JobState.FAILED
         assert done.error is not None and "job process ended by exit code 3" in done.error
         assert done.attempt == 1
-        reason = (await app.events(done.id))[-1].reason
+        reason = (await app.jobs.events(done.id))[-1].reason
         assert reason is not None and reason.startswith("max retries exceeded (0)")
     finally:
         await app.close()

@@ -94,7 +94,7 @@ async def test_sigkilled_worker_job_completes_elsewhere_and_old_attempt_cannot_w
             await rescuer.stop()
         assert (done.state, done.result, done.attempt) == (JobState.SUCCEEDED, 2, 2)
         assert done.lease_token > old_token
-        events = await app.events(job.id)
+        events = await app.jobs.events(job.id)
         rescue = [e for e in events if e.actor == "rescuer"]
         assert len(rescue) == 1 and rescue[0].reason == "worker dead"
 
@@ -122,11 +122,11 @@ async def test_several_worker_processes_never_run_a_job_twice(db_url: str, procs
     n_jobs = 1500 if db_url.startswith("postgresql") else 600
     app = build_app(db_url)
     try:
-        await app.migrate()
+        await app.admin.migrate()
         workers = [procs.start(concurrency=8) for _ in range(3)]
 
         async def all_active() -> bool:
-            return sum(w.state == "active" for w in await app.workers()) == 3
+            return sum(w.state == "active" for w in await app.admin.workers()) == 3
 
         # All three are up before the work arrives: a slow start-up must not leave one
         # process to drain it all (sharing is asserted below).
@@ -143,18 +143,18 @@ async def test_several_worker_processes_never_run_a_job_twice(db_url: str, procs
         assert max(runs.values()) == 1, "a job ran twice"
         pids = {pid for _, _, _, pid in procs.executions()}
         assert len(pids) > 1, "the work should have been shared"
-        results = sorted(j.result for j in await app.list(state="succeeded", limit=n_jobs))
+        results = sorted(j.result for j in await app.jobs.list(state="succeeded", limit=n_jobs))
         assert results == list(range(n_jobs))
     finally:
         await app.close()
 
 
 async def _draining(app: App) -> bool:
-    return any(w.state == "draining" for w in await app.workers())
+    return any(w.state == "draining" for w in await app.admin.workers())
 
 
 async def _all_succeeded(app: App, n: int) -> bool:
-    return (await app.stats())["succeeded"] == n
+    return (await app.jobs.stats())["succeeded"] == n
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ async def test_a_retry_after_pruning_fans_in_over_every_child(
     parent = await total.enqueue()
     failed = await app.wait(parent.id, timeout=30)
     assert failed.state is JobState.FAILED, failed.error
-    kids = await app.children(parent.id)
+    kids = await app.jobs.children(parent.id)
     assert len(kids) == CHILDREN and {k.state for k in kids} == {JobState.SUCCEEDED}
 
     # Two days on: the children are past succeeded's retention (1 day); the parent,
@@ -51,8 +51,8 @@ async def test_a_retry_after_pruning_fans_in_over_every_child(
         db.close()
     report = await Pruner(await app.store(), RetentionConfig(batch_pause=0)).prune()
     assert report.counts.get("jobs", 0) == 0
-    assert len(await app.children(parent.id)) == CHILDREN
+    assert len(await app.jobs.children(parent.id)) == CHILDREN
 
-    await app.retry(parent.id)
+    await app.jobs.retry(parent.id)
     done = await app.wait(parent.id, timeout=30)
     assert (done.state, done.result) == (JobState.SUCCEEDED, CHILDREN)

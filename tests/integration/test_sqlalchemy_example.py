@@ -15,7 +15,7 @@ from tether import App
 @pytest.fixture
 def app_and_engine(db_url: str) -> Iterator[tuple[App, Session]]:
     app = App(db_url)
-    app.run_sync(app.migrate())
+    app.run_sync(app.admin.migrate())
     engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
     Base.metadata.create_all(engine)
     with Session(engine) as session:
@@ -45,5 +45,5 @@ def test_sqlalchemy_session_rollback_leaves_neither_order_nor_job(
     place_order(session, ship, 1)
     session.rollback()
     assert app.run_until_idle_sync() == []
-    assert app.run_sync(app.list()) == []
+    assert app.run_sync(app.jobs.list()) == []
     assert session.scalar(select(func.count()).select_from(Order)) == 0

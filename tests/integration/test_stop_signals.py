@@ -51,7 +51,7 @@ async def test_sigterm_during_start_up_stops_the_worker(app: App, turns: int) ->
         if not running.done():  # the signal was lost: stop it by hand, then fail
             await worker.stop()
             await running
-    [row] = [w for w in await app.workers() if w.id == worker.id]
+    [row] = [w for w in await app.admin.workers() if w.id == worker.id]
     assert row.state == "stopped"
 
 
@@ -64,4 +64,4 @@ async def test_sigterm_before_start_up_stops_the_worker_before_it_registers(app:
     await heard.wait()
     worker.request_stop()  # as the CLI's handler does before the loop runs
     await asyncio.wait_for(worker.run(handle_signals=True), 20)
-    assert worker.id not in {w.id for w in await app.workers()}
+    assert worker.id not in {w.id for w in await app.admin.workers()}

@@ -138,7 +138,7 @@ async def test_one_sigterm_stops_a_worker_gracefully_at_any_moment(
         with ThreadPoolExecutor(AT_ONCE) as pool:
             runs = list(pool.map(lambda p: one_worker(tmp_path, *p), plan))
 
-        rows = {w.pid: w for w in await app.workers()}
+        rows = {w.pid: w for w in await app.admin.workers()}
         bad = []
         for run in runs:
             row = rows.get(run.pid)
@@ -148,7 +148,7 @@ async def test_one_sigterm_stops_a_worker_gracefully_at_any_moment(
                 continue  # killed while importing, before it could register anything
             bad.append((run.moment, run.returncode, row and row.state, run.stderr))
         assert not bad, bad
-        assert not await app.list(state="running"), "a job still runs without its worker"
+        assert not await app.jobs.list(state="running"), "a job still runs without its worker"
         for run in runs:
             print(run.moment, run.returncode, rows[run.pid].state if run.pid in rows else "-")
     finally:
@@ -205,6 +205,6 @@ async def test_sigterm_while_the_app_loads_exits_at_once_without_registering(
     assert "SIGTERM before the worker started: exiting" in err
     app = App(db_url)
     try:
-        assert await app.workers() == []
+        assert await app.admin.workers() == []
     finally:
         await app.close()

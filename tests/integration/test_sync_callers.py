@@ -60,7 +60,7 @@ def test_asyncio_run_per_call_leaves_no_connection_open(db_url: str) -> None:
         assert open_now <= BOUND, f"{open_now} connections open after {i + 1} asyncio.run calls"
 
     async def count() -> int:
-        return (await app.stats())["queued"]
+        return (await app.jobs.stats())["queued"]
 
     assert asyncio.run(count()) == CALLS
 

@@ -23,7 +23,7 @@ async def test_memory_database_is_shared_by_the_apps_connections_and_private_to_
     # The portal loop has a store (a connection) of its own: it sees the same database.
     seen = await asyncio.to_thread(lambda: app.run_sync(app.get(job.id)))
     assert seen.args == {"text": "hi"}
-    assert await other.list() == []
+    assert await other.jobs.list() == []
     await app.close()
     await asyncio.to_thread(lambda: app.run_sync(app.close()))
     await other.close()
@@ -39,12 +39,12 @@ async def test_memory_database_serves_several_loops_at_once_without_lock_errors(
     def from_sync_code() -> None:
         for i in range(50):
             echo.enqueue_sync(i=i)  # the portal loop's store
-            app.run_sync(app.list(limit=5))
+            app.run_sync(app.jobs.list(limit=5))
 
     await asyncio.gather(
         asyncio.to_thread(from_sync_code),
         *(echo.enqueue(i=i) for i in range(50)),
-        *(app.stats() for _ in range(50)),
+        *(app.jobs.stats() for _ in range(50)),
     )
     assert len(await app.run_until_idle()) == 100
     await app.close()

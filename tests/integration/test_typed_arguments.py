@@ -28,7 +28,7 @@ async def test_a_value_that_does_not_fit_the_annotation_is_refused_at_enqueue(ap
 
     with pytest.raises(InvalidJobError, match="n: Input should be a valid integer"):
         await typed.enqueue(n="three")  # type: ignore[arg-type]
-    assert await app.list() == []
+    assert await app.jobs.list() == []
 
 
 async def test_missing_or_unknown_arguments_are_refused_at_enqueue(app: App) -> None:
@@ -40,7 +40,7 @@ async def test_missing_or_unknown_arguments_are_refused_at_enqueue(app: App) -> 
         await crawl.enqueue()  # type: ignore[call-arg]
     with pytest.raises(InvalidJobError, match="unexpected keyword argument 'uri'"):
         await app.enqueue("crawl", {"uri": "https://example.org"})  # the REST and CLI path
-    assert await app.list() == []
+    assert await app.jobs.list() == []
 
 
 async def test_models_and_dates_are_stored_as_json_and_converted_back_for_the_handler(

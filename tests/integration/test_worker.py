@@ -45,7 +45,7 @@ async def test_async_job_succeeds_with_result_and_events(app: App, run_worker: A
     assert done.attempt == 1
     assert done.lease_expires_at is None
     assert done.finished_at is not None
-    path = [(e.from_state, e.to_state) for e in await app.events(job.id)]
+    path = [(e.from_state, e.to_state) for e in await app.jobs.events(job.id)]
     assert path == [
         (None, JobState.QUEUED),
         (JobState.QUEUED, JobState.RUNNING),
@@ -78,7 +78,7 @@ async def test_failing_job_retries_then_fails_with_max_retries_exceeded(
     assert done.state is JobState.FAILED
     assert done.attempt == 3
     assert "boom on attempt 3" in (done.error or "")
-    reasons = [e.reason for e in await app.events(done.id) if e.from_state is JobState.RUNNING]
+    reasons = [e.reason for e in await app.jobs.events(done.id) if e.from_state is JobState.RUNNING]
     assert reasons[0] is not None and reasons[0].startswith("retry 1/2")
     assert reasons[1] is not None and reasons[1].startswith("retry 2/2")
     assert reasons[2] is not None and reasons[2].startswith("max retries exceeded (2)")
@@ -210,7 +210,7 @@ async def test_cancel_running_async_job_delivers_signal_then_cancelled_error(
     assert result.outcome == "cancelled"
     assert result.job.state is JobState.CANCELLED
     assert seen == ["signal:cancel", "CancelledError"]
-    last = (await app.events(job.id))[-1]
+    last = (await app.jobs.events(job.id))[-1]
     assert (last.from_state, last.to_state, last.reason) == (
         JobState.RUNNING,
         JobState.CANCELLED,
@@ -358,7 +358,7 @@ async def test_a_claim_out_when_the_stop_begins_hands_its_jobs_back_unstarted(
     assert ran == []
     after = await app.get(job.id)
     assert (after.state, after.attempt) == (JobState.QUEUED, 0)
-    last = (await app.events(job.id))[-1]
+    last = (await app.jobs.events(job.id))[-1]
     assert last.from_state is JobState.RUNNING and "not started" in (last.reason or "")
 
 
@@ -446,11 +446,11 @@ async def test_two_claims_at_once_and_one_fails_the_other_jobs_still_run(
         await worker.claimer.run_once()
     # The claim that went through leased two jobs: they run here, not wait for rescue.
     assert calls == 2 and len(worker.running) == 2
-    assert (await app.stats())["running"] == 2
+    assert (await app.jobs.stats())["running"] == 2
     release.set()
     await worker.wait_idle()
     await worker.stop()
-    assert (await app.stats())["succeeded"] == 2
+    assert (await app.jobs.stats())["succeeded"] == 2
 
 
 async def test_heartbeat_extends_leases_and_flushes_progress(app: App) -> None:

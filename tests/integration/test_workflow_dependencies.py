@@ -48,8 +48,8 @@ async def test_job_with_dependencies_starts_blocked_and_runs_after_all_succeeded
     d = await step.options(depends_on=(c.id,)).enqueue(name="d")
     assert (c.state, d.state) == (JobState.BLOCKED, JobState.BLOCKED)
     assert c.display_state == "blocked" and not c.waiting_children
-    assert await app.dependencies(c.id) == (sorted([a.id, b.id]), [d.id])
-    assert await app.dependencies(a.id) == ([], [c.id])
+    assert await app.jobs.dependencies(c.id) == (sorted([a.id, b.id]), [d.id])
+    assert await app.jobs.dependencies(a.id) == ([], [c.id])
 
     gates["a"].set()
     assert (await app.wait(a.id, timeout=10)).state is JobState.SUCCEEDED
@@ -62,7 +62,7 @@ async def test_job_with_dependencies_starts_blocked_and_runs_after_all_succeeded
     finished_b = await app.get(b.id)
     assert ran_c.started_at is not None and finished_b.finished_at is not None
     assert ran_c.started_at >= finished_b.finished_at
-    unblocked = [e for e in await app.events(c.id) if e.from_state is JobState.BLOCKED]
+    unblocked = [e for e in await app.jobs.events(c.id) if e.from_state is JobState.BLOCKED]
     assert [(e.to_state, e.reason) for e in unblocked] == [
         (JobState.QUEUED, "dependencies succeeded")
     ]
@@ -99,7 +99,7 @@ async def test_failed_dependency_cancels_dependents_transitively_in_one_transact
     for job_id in (b.id, c.id, d.id):
         job = await app.get(job_id)
         assert (job.state, job.cancel_reason, job.attempt) == (JobState.CANCELLED, UPSTREAM, 0)
-        last = (await app.events(job_id))[-1]
+        last = (await app.jobs.events(job_id))[-1]
         assert (last.from_state, last.to_state, last.actor, last.reason) == (
             JobState.BLOCKED,
             JobState.CANCELLED,
@@ -126,7 +126,7 @@ async def test_cancelling_the_root_of_a_large_graph_cancels_all_downstream_in_on
     assert root.state is JobState.QUEUED
     assert {j.state for j in jobs.values()} == {JobState.BLOCKED}
     ids = sorted(j.id for j in jobs.values())
-    assert [j.id for j in await app.downstream(root.id)] == ids
+    assert [j.id for j in await app.jobs.downstream(root.id)] == ids
 
     async with cancelled_in_one_transaction(app, root.id, ids):
         result = await app.cancel(root.id, reason="abandon the run")
@@ -134,12 +134,12 @@ async def test_cancelling_the_root_of_a_large_graph_cancels_all_downstream_in_on
     assert (result.outcome, result.status, result.success) == ("cancelled", "completed", True)
     assert sorted(result.tasks_cancelled) == sorted([root.id, *ids])
     assert result.dependents_blocked == []
-    record = await app.cancellation(root.id)
+    record = await app.cancellations.get(root.id)
     assert record is not None and record.cascade
     assert record.result is not None and sorted(record.result.tasks_cancelled or []) == sorted(
         [root.id, *ids]
     )
-    everything = {j.id: j for j in await app.list(limit=1000)}
+    everything = {j.id: j for j in await app.jobs.list(limit=1000)}
     assert len(everything) == 102
     assert everything[root.id].cancel_reason == "abandon the run"
     for job_id in ids:
@@ -173,7 +173,7 @@ async def test_retrying_a_failed_upstream_job_does_not_resurrect_cancelled_depen
     before = {i: await app.get(i) for i in (down.id, further.id)}
     assert {j.state for j in before.values()} == {JobState.CANCELLED}
 
-    assert (await app.retry(up.id)).state is JobState.QUEUED
+    assert (await app.jobs.retry(up.id)).state is JobState.QUEUED
     done = await app.wait(up.id, timeout=10)
     assert (done.state, done.result) == (JobState.SUCCEEDED, "fixed")
     # Dependents are queued in the transaction of the success: had they come back, it
@@ -182,7 +182,7 @@ async def test_retrying_a_failed_upstream_job_does_not_resurrect_cancelled_depen
         assert await app.get(job_id) == job, "a cancelled dependent stays cancelled"
     for job_id in before:
         with pytest.raises(IllegalTransitionError):
-            await app.retry(job_id)
+            await app.jobs.retry(job_id)
     # A new dependent of the now-succeeded job runs as usual.
     fresh = await dependent.options(depends_on=(up.id,)).enqueue()
     assert (await app.wait(fresh.id, timeout=10)).state is JobState.SUCCEEDED
@@ -206,7 +206,7 @@ async def test_cancel_without_cascade_leaves_dependents_blocked_and_lists_them(
     for job in (mid, leaf, side):
         after = await app.get(job.id)
         assert (after.state, after.cancel_requested_at) == (JobState.BLOCKED, None)
-    record = await app.cancellation(root.id)
+    record = await app.cancellations.get(root.id)
     assert record is not None and not record.cascade
     assert record.result is not None and sorted(record.result.dependents_blocked or []) == sorted(
         [mid.id, leaf.id, side.id]
@@ -249,9 +249,9 @@ async def test_workflow_diamond_runs_in_dependency_order(app: App, workers: Star
     assert set(jobs) == {"a", "b", "c", "d"}
     assert {j.state for j in jobs.values()} == {JobState.BLOCKED}
     a, b, c, d = (jobs[n].id for n in "abcd")
-    assert await app.dependencies(a) == ([ext.id], sorted([b, c]))
-    assert await app.dependencies(d) == (sorted([b, c]), [])
-    assert sorted(j.id for j in await app.downstream(ext.id)) == sorted([a, b, c, d])
+    assert await app.jobs.dependencies(a) == ([ext.id], sorted([b, c]))
+    assert await app.jobs.dependencies(d) == (sorted([b, c]), [])
+    assert sorted(j.id for j in await app.jobs.downstream(ext.id)) == sorted([a, b, c, d])
 
     await workers()
     ext_gate.set()
@@ -293,7 +293,7 @@ async def test_workflow_with_a_cycle_is_rejected_naming_it_and_writes_nothing(ap
 
     with pytest.raises(InvalidJobError, match="already has a job named 'fine'"):
         wf.add("fine", noop)
-    assert await app.list() == []
+    assert await app.jobs.list() == []
 
 
 async def test_workflow_with_an_unknown_dependency_id_is_rejected_and_writes_nothing(
@@ -305,12 +305,12 @@ async def test_workflow_with_an_unknown_dependency_id_is_rejected_and_writes_not
     wf.add("second", noop, depends_on=["first", 999_999])  # inserted after "first"
     with pytest.raises(InvalidJobError, match=r"unknown dependency id\(s\): 999999"):
         await app.enqueue_workflow(wf)
-    assert await app.list() == [], "the whole workflow is rolled back"
+    assert await app.jobs.list() == [], "the whole workflow is rolled back"
     with pytest.raises(InvalidJobError, match="999999"):
         await app.enqueue(noop, {}, depends_on=(999_999,))
     with pytest.raises(InvalidJobError, match="999999"):
         await noop.options(depends_on=(999_999,)).enqueue()
-    assert await app.list() == []
+    assert await app.jobs.list() == []
     # The queue keeps going.
     ok = Workflow()
     ok.add("first", noop)
@@ -343,7 +343,7 @@ async def test_workflow_depending_on_a_dead_job_is_rejected_and_writes_nothing(
         await app.enqueue_workflow(wf)
     with pytest.raises(InvalidJobError, match=message):
         await app.enqueue(noop, {}, depends_on=(gone.id,))
-    assert [j.id for j in await app.list()] == [gone.id], "nothing was written"
+    assert [j.id for j in await app.jobs.list()] == [gone.id], "nothing was written"
 
 
 @pytest.mark.postgres
@@ -376,7 +376,7 @@ async def test_a_transactional_enqueue_held_open_does_not_cost_its_upstream_its_
         assert (ended.state, ended.attempt) == (JobState.SUCCEEDED, 1)
         await caller.commit()
         assert (await app.wait(dep.id, timeout=10)).state is JobState.SUCCEEDED
-        reasons = [e.reason or "" for e in await app.events(up.id)]
+        reasons = [e.reason or "" for e in await app.jobs.events(up.id)]
         assert not any("lease" in r for r in reasons), reasons
     finally:
         release.set()

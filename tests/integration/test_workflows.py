@@ -20,7 +20,7 @@ TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
 async def _children_in(app: App, parent_id: int, count: int, *states: JobState) -> bool:
-    kids = await app.children(parent_id)
+    kids = await app.jobs.children(parent_id)
     return len(kids) == count and all(k.state in states for k in kids)
 
 
@@ -66,16 +66,16 @@ async def test_spawned_children_carry_parent_id_and_owner_and_are_listed(
     await workers()
     job = await app.enqueue(parent, {"n": 2}, owner="alice")
     await asyncio.wait_for(spawned.wait(), 10)
-    kids = await app.children(job.id)
+    kids = await app.jobs.children(job.id)
     assert [k.id for k in kids] == [j.id for j in returned]
     assert [k.args for k in kids] == [{"n": 0}, {"n": 1}, {"n": 2}]
     for kid in kids:
         assert (kid.parent_id, kid.owner, kid.task) == (job.id, "alice", leaf.name)
         assert kid.state is JobState.QUEUED
-        first = (await app.events(kid.id))[0]
+        first = (await app.jobs.events(kid.id))[0]
         assert (first.from_state, first.to_state, first.actor) == (None, JobState.QUEUED, "spawn")
-    assert {j.id for j in await app.list(parent_id=job.id)} == {k.id for k in kids}
-    assert await app.children(kids[0].id) == []
+    assert {j.id for j in await app.jobs.list(parent_id=job.id)} == {k.id for k in kids}
+    assert await app.jobs.children(kids[0].id) == []
     assert (await app.get(job.id)).parent_id is None
     release.set()
     assert (await app.wait(job.id, timeout=10)).state is JobState.SUCCEEDED
@@ -96,7 +96,7 @@ async def test_thread_handler_spawns_and_reads_children(app: App, workers: Start
     job = await app.enqueue(parent, {}, owner="bob")
     done = await app.wait(job.id, timeout=10)
     assert done.state is JobState.SUCCEEDED, done.error
-    kids = await app.children(job.id)
+    kids = await app.jobs.children(job.id)
     assert [k.id for k in kids] == done.result
     assert {(k.parent_id, k.owner) for k in kids} == {(job.id, "bob")}
 
@@ -164,7 +164,7 @@ async def test_two_phase_parent_waits_without_holding_a_worker_then_aggregates(
     assert done.result == {"states": ["succeeded", "succeeded", "failed"], "total": 5}
     assert phases == [None, "aggregate"]
     assert (done.phase, done.waiting_children, done.attempt) == ("aggregate", False, 1)
-    events = await app.events(job.id)
+    events = await app.jobs.events(job.id)
     assert _path(events) == [
         (None, JobState.QUEUED),
         (JobState.QUEUED, JobState.RUNNING),
@@ -203,7 +203,7 @@ async def test_parent_whose_children_already_ended_is_requeued_at_once(
     job = await batch.enqueue()
     done = await app.wait(job.id, timeout=10)
     assert (done.state, done.result) == (JobState.SUCCEEDED, [1, 2, 3])
-    events = await app.events(job.id)
+    events = await app.jobs.events(job.id)
     blocked = [i for i, e in enumerate(events) if e.to_state is JobState.BLOCKED]
     assert len(blocked) == 1
     requeue = events[blocked[0] + 1]
@@ -267,7 +267,7 @@ async def test_cancelling_a_waiting_parent_cancels_its_children(
     await asyncio.wait_for(held_started.wait(), 10)
     waiting = await eventually(lambda: in_state(app, job.id, JobState.BLOCKED))
     assert waiting.display_state == "waiting for children"
-    kids = [k.id for k in await app.children(job.id)]
+    kids = [k.id for k in await app.jobs.children(job.id)]
 
     result = await app.cancel(job.id, reason="give up", wait=10)
 
@@ -317,7 +317,7 @@ async def test_rescued_parent_in_aggregate_phase_with_children_stays_in_it(
     await store.set_worker_state(crashing.id, "dead")
     rescued = await store.rescue()
     assert [(j.id, j.state, j.phase) for j in rescued] == [(job.id, JobState.RETRYING, "aggregate")]
-    decision = (await app.events(job.id))[-1]
+    decision = (await app.jobs.events(job.id))[-1]
     assert (decision.from_state, decision.to_state, decision.actor) == (
         JobState.RUNNING,
         JobState.RETRYING,
@@ -331,7 +331,7 @@ async def test_rescued_parent_in_aggregate_phase_with_children_stays_in_it(
     done = await app.wait(job.id, timeout=10)
     assert (done.state, done.result, done.phase) == (JobState.SUCCEEDED, 3, "aggregate")
     assert ingests == [1], "the ingest phase did not run again"
-    assert len(await app.children(job.id)) == 2
+    assert len(await app.jobs.children(job.id)) == 2
 
 
 async def test_rescued_parent_in_aggregate_phase_without_children_restarts_ingest(
@@ -380,12 +380,12 @@ async def test_rescued_parent_in_aggregate_phase_without_children_restarts_inges
     rescued = {j.id: j for j in await (await app.store()).rescue()}
     assert set(rescued) == {job.id, other.id}
     assert (rescued[job.id].state, rescued[job.id].phase) == (JobState.RETRYING, None)
-    decision = (await app.events(job.id))[-1]
+    decision = (await app.jobs.events(job.id))[-1]
     assert decision.actor == "rescuer"
     assert decision.reason == "lease expired; reset to the ingest phase (no children found)"
     # A job crashing in its first phase needs no special handling.
     assert (rescued[other.id].state, rescued[other.id].phase) == (JobState.RETRYING, None)
-    assert (await app.events(other.id))[-1].reason == "lease expired"
+    assert (await app.jobs.events(other.id))[-1].reason == "lease expired"
 
     await crashing.heartbeater.run_once()
     await eventually(lambda: idle(crashing))
@@ -393,7 +393,7 @@ async def test_rescued_parent_in_aggregate_phase_without_children_restarts_inges
     done = await app.wait(job.id, timeout=10)
     assert (done.state, done.result) == (JobState.SUCCEEDED, 6)
     assert phases == [None, None, "aggregate"], "the job ran again from the ingest phase"
-    assert len(await app.children(job.id)) == 3
+    assert len(await app.jobs.children(job.id)) == 3
     assert (await app.wait(other.id, timeout=10)).state is JobState.SUCCEEDED
 
 
@@ -428,8 +428,8 @@ async def test_spawn_after_a_cancel_request_raises_lease_lost_and_creates_nothin
     final = await app.wait(job.id, timeout=10)
     assert seen == ["lease lost"]
     assert final.state is JobState.CANCELLED
-    assert await app.children(job.id) == []
-    assert await app.list(task=leaf.name) == []
+    assert await app.jobs.children(job.id) == []
+    assert await app.jobs.list(task=leaf.name) == []
 
 
 async def test_parent_refused_a_spawn_after_cancel_is_cancelled_promptly_not_at_lease_expiry(
@@ -490,7 +490,7 @@ async def test_spawn_after_the_lease_moved_on_raises_lease_lost_and_creates_noth
         (rescued,) = await store.rescue()
         assert rescued.lease_token == claimed.lease_token + 1
     else:
-        assert await app.delete(job.id) == []
+        assert await app.jobs.delete(job.id) == []
     go.set()
 
     async def spawn_tried() -> bool:
@@ -499,8 +499,8 @@ async def test_spawn_after_the_lease_moved_on_raises_lease_lost_and_creates_noth
     await eventually(spawn_tried)
     await eventually(lambda: idle(worker))
     assert seen == ["lease lost"]
-    assert await app.children(job.id) == []
-    assert await app.list(task=leaf.name) == []
+    assert await app.jobs.children(job.id) == []
+    assert await app.jobs.list(task=leaf.name) == []
     if moved_on_by == "rescue":
         after = await app.get(job.id)
         assert (after.state, after.lease_token) == (JobState.RETRYING, rescued.lease_token)
@@ -547,13 +547,13 @@ async def test_deleting_a_parent_cancels_active_children_and_keeps_finished_ones
     job = await parent.enqueue()
     await eventually(lambda: in_state(app, job.id, JobState.BLOCKED))
     ok_id, bad_id, gone_id, paused_id, queued_id, held_id = [
-        k.id for k in await app.children(job.id)
+        k.id for k in await app.jobs.children(job.id)
     ]
     await asyncio.wait_for(held_started.wait(), 10)
     await app.wait(ok_id, timeout=10)
     await app.wait(bad_id, timeout=10)
     assert (await app.cancel(gone_id, reason="not needed")).outcome == "cancelled"
-    assert (await app.pause(paused_id)).state is JobState.PAUSED
+    assert (await app.jobs.pause(paused_id)).state is JobState.PAUSED
     running = await app.get(held_id)
     assert running.state is JobState.RUNNING
     ended = {i: await app.get(i) for i in (ok_id, bad_id, gone_id)}
@@ -563,7 +563,7 @@ async def test_deleting_a_parent_cancels_active_children_and_keeps_finished_ones
         JobState.CANCELLED,
     ]
 
-    cancelled = await app.delete(job.id)
+    cancelled = await app.jobs.delete(job.id)
 
     assert sorted(j.id for j in cancelled) == sorted([paused_id, queued_id, held_id])
     for kid in cancelled:
@@ -571,7 +571,7 @@ async def test_deleting_a_parent_cancels_active_children_and_keeps_finished_ones
     for kid_id in (paused_id, queued_id, held_id):
         kid = await app.get(kid_id)
         assert (kid.state, kid.cancel_reason) == (JobState.CANCELLED, "parent job deleted")
-        assert (await app.events(kid_id))[-1].reason == "parent job deleted"
+        assert (await app.jobs.events(kid_id))[-1].reason == "parent job deleted"
     revoked = await app.get(held_id)
     assert revoked.lease_token == running.lease_token + 1 and revoked.lease_expires_at is None
     for kid_id, before in ended.items():
@@ -579,9 +579,9 @@ async def test_deleting_a_parent_cancels_active_children_and_keeps_finished_ones
     with pytest.raises(tether.JobNotFoundError):
         await app.get(job.id)
     with pytest.raises(tether.JobNotFoundError):
-        await app.delete(job.id)
+        await app.jobs.delete(job.id)
     # The children stay, for the audit trail, still pointing at their parent.
-    assert len(await app.children(job.id)) == 6
+    assert len(await app.jobs.children(job.id)) == 6
 
     release.set()
     await eventually(lambda: idle(worker))
@@ -609,8 +609,8 @@ async def test_deleting_the_last_active_child_requeues_its_waiting_parent(
     await workers()
     job = await parent.enqueue()
     await eventually(lambda: in_state(app, job.id, JobState.BLOCKED))
-    (kid,) = await app.children(job.id)
-    assert await app.delete(kid.id) == []
+    (kid,) = await app.jobs.children(job.id)
+    assert await app.jobs.delete(kid.id) == []
     done = await app.wait(job.id, timeout=10)
     assert (done.state, done.result) == (JobState.SUCCEEDED, [])
 
@@ -661,7 +661,7 @@ async def test_parent_that_ends_cancels_its_active_children_and_ignores_late_res
     kids = await workers(services=False, queues=("kids",))  # no heartbeat
     job = await parent.enqueue()
     await asyncio.wait_for(spawned.wait(), 10)
-    await app.pause(ids["paused"])
+    await app.jobs.pause(ids["paused"])
     assert await kids.claimer.run_once() == 1
     await asyncio.wait_for(slow_started.wait(), 10)
     running = await app.get(ids["running"])
@@ -675,7 +675,7 @@ async def test_parent_that_ends_cancels_its_active_children_and_ignores_late_res
     for name in ("queued", "paused", "running"):
         kid = await app.get(ids[name])
         assert (kid.state, kid.cancel_reason) == (JobState.CANCELLED, "parent job completed")
-        last = (await app.events(kid.id))[-1]
+        last = (await app.jobs.events(kid.id))[-1]
         assert (last.to_state, last.reason) == (JobState.CANCELLED, "parent job completed")
     revoked = await app.get(ids["running"])
     assert revoked.lease_token == running.lease_token + 1
@@ -695,7 +695,7 @@ async def test_parent_that_ends_cancels_its_active_children_and_ignores_late_res
         None,
         revoked.lease_token,
     )
-    assert JobState.SUCCEEDED not in [e.to_state for e in await app.events(late.id)]
+    assert JobState.SUCCEEDED not in [e.to_state for e in await app.jobs.events(late.id)]
     # Queued children never run.
     parked_worker = await workers(services=False, queues=("parked",))
     assert await parked_worker.claimer.run_once() == 0
@@ -732,13 +732,13 @@ async def test_parent_ending_its_phase_under_a_pause_request_keeps_its_children_
     await workers(cancel_grace=5.0)
     job = await parent.enqueue()
     await eventually(lambda: _children_in(app, job.id, 2, JobState.QUEUED))
-    await app.pause(job.id)
+    await app.jobs.pause(job.id)
     left = await eventually(lambda: _not_running(app, job.id))
     assert left.state is not JobState.FAILED, left.error
     if left.state is JobState.PAUSED:
-        await app.resume(job.id)
+        await app.jobs.resume(job.id)
     await workers(queues=("parked",))
     done = await app.wait(job.id, timeout=10)
     assert phases == [None, "aggregate"], "the ingest phase must not run twice"
     assert (done.state, done.result) == (JobState.SUCCEEDED, 2)
-    assert len(await app.children(job.id)) == 2
+    assert len(await app.jobs.children(job.id)) == 2

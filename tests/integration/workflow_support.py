@@ -111,7 +111,7 @@ async def cancelled_in_one_transaction(
     yield
     moments = {}
     for job_id in [trigger_id, *ids]:
-        last = (await app.events(job_id))[-1]
+        last = (await app.jobs.events(job_id))[-1]
         assert last.to_state in (JobState.CANCELLED, JobState.FAILED), (job_id, last)
         moments[job_id] = last.at
     assert len(set(moments.values())) == 1, (

@@ -1,6 +1,7 @@
-"""The boundaries: the web layer and the CLI reach data only through the App or a named
-service, never the store itself; the store's protocols make up ``Store``; the worker's
-parts reach the worker only through their ports, never its module."""
+"""The layers point one way: the web layer, the CLI and the demo reach data only through
+the App or a named service, never the store itself; the running layer (``worker/``,
+``maintenance/``) never imports the App above it; the worker's parts reach the worker
+only through their ports, never its module; the store's protocols make up ``Store``."""
 
 from __future__ import annotations
 
@@ -16,12 +17,21 @@ from tether.store.sqlite import SqliteStore
 PACKAGE = Path(tether.__file__).parent
 
 
-def edge_modules() -> list[Path]:
-    """The web layer's modules and the CLI's (a module or a package)."""
-    found = sorted((PACKAGE / "web").rglob("*.py"))
-    found += sorted(p for p in PACKAGE.glob("cli*.py"))
-    found += sorted(p for d in PACKAGE.glob("cli*") if d.is_dir() for p in d.rglob("*.py"))
+def _modules(name: str) -> list[Path]:
+    """The modules of the part ``name`` of tether (a module or a package)."""
+    found = sorted(p for p in PACKAGE.glob(f"{name}*.py"))
+    found += sorted(p for d in PACKAGE.glob(f"{name}*") if d.is_dir() for p in d.rglob("*.py"))
     return found
+
+
+def edge_modules() -> list[Path]:
+    """The modules of the web layer, the CLI and the demo."""
+    return _modules("web") + _modules("cli") + _modules("demo")
+
+
+def running_modules() -> list[Path]:
+    """The modules of the worker and its maintenance services."""
+    return _modules("worker") + _modules("maintenance")
 
 
 def _is_store_module(name: str) -> bool:
@@ -51,10 +61,33 @@ def store_reaches(source: str) -> list[str]:
     return found
 
 
+def app_imports(source: str) -> list[str]:
+    """Where ``source`` imports the App's module (or the App from the package)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        hit = False
+        if isinstance(node, ast.Import):
+            hit = any(a.name == "tether.app" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            hit = module == "tether.app" or (
+                module == "tether" and any(a.name in ("app", "App") for a in node.names)
+            )
+        if hit:
+            found.append(f"line {getattr(node, 'lineno', 0)}: imports the App")
+    return found
+
+
 def test_the_edge_modules_are_found() -> None:
     names = {p.relative_to(PACKAGE).parts[0] for p in edge_modules()}
     assert "web" in names
     assert names & {"cli.py", "cli"}
+    assert "demo" in names
+
+
+def test_the_running_modules_are_found() -> None:
+    names = {p.relative_to(PACKAGE).parts[0] for p in running_modules()}
+    assert names == {"worker", "maintenance"}
 
 
 @pytest.mark.parametrize(
@@ -73,7 +106,7 @@ def test_the_check_finds_a_reach_into_the_store(source: str) -> None:
 
 
 def test_the_check_leaves_app_calls_and_store_config_alone() -> None:
-    source = "await app.feed(flt)\nsize = app.config.store.pool_size\nApp.sqlite_file(url)"
+    source = "await app.jobs.feed(flt)\nsize = app.config.store.pool_size\nApp.sqlite_file(url)"
     assert store_reaches(source) == []
 
 

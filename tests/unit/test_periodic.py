@@ -101,13 +101,13 @@ def test_scheduling_refuses_unknown_tasks_duplicate_names_and_bad_args() -> None
     @app.periodic(cron="* * * * *", name="every-minute")
     async def beat(ctx: object, v: float = 0.0) -> None: ...
 
-    assert app.schedules["every-minute"].task == beat.name
+    assert app.schedules.declared["every-minute"].task == beat.name
     with pytest.raises(ConfigError, match="unknown task"):
-        app.schedule("nope", cron="* * * * *")
+        app.schedules.declare("nope", cron="* * * * *")
     with pytest.raises(ConfigError, match="already exists"):
-        app.schedule(beat, cron="* * * * *", name="every-minute")
+        app.schedules.declare(beat, cron="* * * * *", name="every-minute")
     with pytest.raises(Exception, match="cannot be stored"):
-        app.schedule(beat, cron="* * * * *", name="x", args={"v": float("nan")})
+        app.schedules.declare(beat, cron="* * * * *", name="x", args={"v": float("nan")})
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,7 @@ async def put_in_state(app: App, job: Job, state: JobState) -> Job:
     if state is JobState.QUEUED:
         return job
     if state is JobState.PAUSED:
-        return await app.pause(job.id)
+        return await app.jobs.pause(job.id)
     if state is JobState.CANCELLED:
         return (await app.cancel(job.id)).job
     # Claim it in a queue of its own, so no other job is taken.

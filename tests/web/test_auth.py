@@ -66,7 +66,7 @@ def expected_status(ep: Endpoint, caller: str | None) -> int:
 
 async def snapshot(app: App, job: Job) -> tuple[Job, int]:
     """The job as stored now and the length of its history."""
-    return await app.get(job.id), len(await app.events(job.id))
+    return await app.get(job.id), len(await app.jobs.events(job.id))
 
 
 async def audit_rows(app: App, request_id: str) -> list[AuditEntry]:

@@ -528,12 +528,16 @@ def _store_with_queue(stack: Stack, queue: str, owner: str) -> int:
     async def write() -> int:
         import dataclasses
 
+        from tether.new_job import new_job
         from tether.task import EnqueueOptions
 
         app = App(stack.url)
         app.task(name="step")(lambda ctx: None)
         try:
-            new = app.new_job("step", {}, EnqueueOptions(owner=owner, delay=3600))
+            opts = EnqueueOptions(owner=owner, delay=3600)
+            new = new_job(
+                app.tasks, "step", {}, opts, max_payload_bytes=app.config.max_payload_bytes
+            )
             (job,) = await (await app.store()).enqueue([dataclasses.replace(new, queue=queue)])
             return job.id
         finally:

@@ -20,6 +20,7 @@ from tether import App
 from tether.audit import Audit
 from tether.errors import ConfigError, IllegalTransitionError, InvalidJobError
 from tether.job import Job
+from tether.new_job import new_job
 from tether.task import EnqueueOptions
 from tether.web import ApiSettings, create_app
 
@@ -55,7 +56,7 @@ async def test_deeply_nested_args_are_refused_before_anything_is_stored(
         assert res.json()["code"] == "invalid_job"
     with pytest.raises(InvalidJobError, match="nests deeper"):
         await tapp.enqueue("echo", {"a": nested(300)})
-    assert await tapp.list() == []
+    assert await tapp.jobs.list() == []
     ok = await authed.post("alice", "/api/jobs", json={"task": "echo", "args": {"a": nested(40)}})
     assert ok.status_code == 201
 
@@ -79,13 +80,14 @@ async def test_deep_nesting_is_refused_the_same_way_with_little_stack_left(
     finally:
         sys.setrecursionlimit(limit)
     assert [(r.status_code, r.json()["code"]) for r in answers] == [(422, "invalid_job")] * 3
-    assert await tapp.list() == []
+    assert await tapp.jobs.list() == []
 
 
 async def test_a_deep_job_stored_before_the_limit_does_not_break_any_listing(
     tapp: App, authed: Client
 ) -> None:
-    new = tapp.new_job("echo", {}, EnqueueOptions(owner="alice"))
+    opts = EnqueueOptions(owner="alice")
+    new = new_job(tapp.tasks, "echo", {}, opts, max_payload_bytes=tapp.config.max_payload_bytes)
     deep = dataclasses.replace(new, args_json=json.dumps({"a": nested(500)}))
     (job,) = await (await tapp.store()).enqueue([deep])
     for who in ("root", "alice"):
@@ -115,7 +117,7 @@ async def test_names_outside_the_safe_alphabet_are_refused_by_the_api(
     for path in ("/api/queues/..%2Fjobs%2F38/pause", "/api/queues/a%20b/pause"):
         res = await authed.post("root", path)
         assert res.status_code in (404, 422), (path, res.text)
-    assert await tapp.list() == [] and await tapp.queues() == []
+    assert await tapp.jobs.list() == [] and await tapp.queues.list() == []
     ok = await authed.post("alice", "/api/jobs", json={"task": "echo", "queue": "mail:eu-1_a.b@x"})
     assert ok.status_code == 201, ok.text
 
@@ -127,14 +129,14 @@ async def test_names_outside_the_safe_alphabet_are_refused_by_the_python_api(tap
         with pytest.raises(InvalidJobError, match="name"):
             await tapp.enqueue("echo", {}, key=bad)
         with pytest.raises(InvalidJobError, match="name"):
-            await tapp.pause_queue(bad)
+            await tapp.queues.pause(bad)
         with pytest.raises(InvalidJobError, match="name"):
-            await tapp.configure_key(bad)
+            await tapp.queues.configure_key(bad)
         with pytest.raises(ConfigError, match="name"):
             tapp.resource(bad, 1)
         with pytest.raises(ConfigError, match="name"):
             tapp.task(name=bad or "/")(lambda ctx: None)
-    assert await tapp.list() == [] and await tapp.queues() == []
+    assert await tapp.jobs.list() == [] and await tapp.queues.list() == []
 
 
 # -- 3, 4, 5: the dashboard, in process ---------------------------------------------------------
@@ -333,16 +335,16 @@ async def test_every_python_api_mutation_is_audited_with_the_apps_actor(db_url: 
     try:
         job = await app.enqueue("echo", {}, delay=3600)
         await app.enqueue_many([("echo", {}), ("echo", {})])
-        await app.pause(job.id)
-        await app.resume(job.id)
+        await app.jobs.pause(job.id)
+        await app.jobs.resume(job.id)
         await app.cancel(job.id, wait=0)
         other = await app.enqueue("echo", {}, delay=3600)
-        await app.delete(other.id)
-        await app.pause_queue("mail")
-        await app.resume_queue("mail")
-        await app.configure_key("tenant-1", max_running=2)
+        await app.jobs.delete(other.id)
+        await app.queues.pause("mail")
+        await app.queues.resume("mail")
+        await app.queues.configure_key("tenant-1", max_running=2)
         with pytest.raises(IllegalTransitionError):
-            await app.retry(job.id)  # a refused change is audited too
+            await app.jobs.retry(job.id)  # a refused change is audited too
         rows = list(reversed(await audit_rows(app)))
         assert {r.actor for r in rows} == {"deploy-bot"}
         assert [r.action for r in rows] == [
@@ -366,15 +368,15 @@ async def test_every_python_api_mutation_is_audited_with_the_apps_actor(db_url: 
 async def test_rate_limits_schedules_and_pruning_are_audited_and_checked(db_url: str) -> None:
     app = App(db_url, actor="ops-bot")
     add_tasks(app)
-    app.schedule("echo", cron="* * * * *", name="every-minute")
+    app.schedules.declare("echo", cron="* * * * *", name="every-minute")
     try:
-        await app.rate_limit(queue="mail", per_second=2)
-        await app.remove_rate_limit(queue="mail")
+        await app.queues.rate_limit(queue="mail", per_second=2)
+        await app.queues.remove_rate_limit(queue="mail")
         with pytest.raises(InvalidJobError, match="bad queue name"):
-            await app.rate_limit(queue="../jobs/38", per_second=1)
-        await app.pause_schedule("every-minute")
-        await app.resume_schedule("every-minute")
-        await app.prune(dry_run=True)
+            await app.queues.rate_limit(queue="../jobs/38", per_second=1)
+        await app.schedules.pause("every-minute")
+        await app.schedules.resume("every-minute")
+        await app.admin.prune(dry_run=True)
         rows = list(reversed(await audit_rows(app)))
         assert [(r.actor, r.action, r.target, r.result) for r in rows] == [
             ("ops-bot", "rate_limit.set", "queue:mail", "ok"),
@@ -384,7 +386,7 @@ async def test_rate_limits_schedules_and_pruning_are_audited_and_checked(db_url:
             ("ops-bot", "schedule.resume", "schedule:every-minute", "ok"),
             ("ops-bot", "retention.prune", "jobs (dry run)", "ok"),
         ]
-        assert await app.rate_limits() == []
+        assert await app.queues.rate_limits() == []
     finally:
         await app.close()
 

@@ -15,7 +15,7 @@ from .support import Client, dashboard_login
 
 
 def add_schedule(app: App) -> None:
-    app.schedule("echo", cron="*/5 * * * *", name="tick", args={})
+    app.schedules.declare("echo", cron="*/5 * * * *", name="tick", args={})
 
 
 async def test_schedules_are_listed_and_admins_pause_and_resume_them(
@@ -106,4 +106,4 @@ async def test_the_dashboard_pauses_and_resumes_a_schedule(
 @pytest.mark.parametrize("name", ["../jobs/1", "a/b", "..", "nightly report", "x" * 201])
 def test_schedule_names_follow_the_safe_alphabet(tapp: App, name: str) -> None:
     with pytest.raises(ConfigError, match="schedule name"):
-        tapp.schedule("echo", cron="*/5 * * * *", name=name, args={})
+        tapp.schedules.declare("echo", cron="*/5 * * * *", name=name, args={})

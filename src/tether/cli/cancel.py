@@ -180,7 +180,7 @@ def job_cancel_status(
 ) -> None:
     """Show a job's cancellation record: its steps, what it stopped, and any errors."""
     app = open_app(database, app_ref)
-    record = run(app, app.cancellation(job_id))
+    record = run(app, app.cancellations.get(job_id))
     if record is None:
         fail(f"job {job_id} has no cancellation record")
     if as_json:
@@ -238,7 +238,7 @@ def job_cancellations(
 ) -> None:
     """List cancellations, newest first."""
     app = open_app(database, app_ref)
-    records = run(app, app.cancellations(limit, offset))
+    records = run(app, app.cancellations.list(limit, offset))
     now = now_utc()
     listing(
         records,

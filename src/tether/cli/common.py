@@ -32,6 +32,7 @@ from tether.app import App
 from tether.cli.output import err
 from tether.config import DEFAULT_DATABASE_URL, DEFAULT_POOL_SIZE, SERVE_POOL_SIZE
 from tether.errors import ConfigError, InvalidJobError, StoreError, TetherError
+from tether.facades import Admin
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -214,7 +215,7 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
         if database:
             # The App builds its store lazily from ``url`` on first use, so replacing it
             # before any call is enough; sqlite_file validates it as the App would.
-            App.sqlite_file(database)
+            Admin.sqlite_file(database)
             app.url = database
     else:
         app = App(database)
@@ -230,7 +231,7 @@ def open_app(database: str | None, app_ref: str | None = None, *, create: bool =
 
 def _require_database(url: str) -> None:
     """Refuse a SQLite URL whose file does not exist."""
-    path = App.sqlite_file(url)  # a malformed URL gets its own clear error first
+    path = Admin.sqlite_file(url)  # a malformed URL gets its own clear error first
     if path is not None and not os.path.exists(path):
         _opened.append(url)
         raise StoreError(

@@ -133,7 +133,7 @@ def _read_args(value: str) -> str:
 def stats(database: DatabaseOpt = None, app_ref: AppOpt = None, as_json: JsonOpt = False) -> None:
     """Count jobs in each state."""
     app = open_app(database, app_ref)
-    counts = run(app, app.stats())
+    counts = run(app, app.jobs.stats())
     rows: list[Row] = [
         Row((display.state_text(state), str(n)), style="" if n else "grey50")
         for state, n in counts.items()
@@ -160,7 +160,7 @@ def job_list(
 ) -> None:
     """List jobs, newest first."""
     app = open_app(database, app_ref)
-    jobs = run(app, app.list(state=state or None, queue=queue, task=task, limit=limit))
+    jobs = run(app, app.jobs.list(state=state or None, queue=queue, task=task, limit=limit))
     now = now_utc()
     listing(
         jobs,
@@ -201,9 +201,9 @@ def job_show(
         job = await app.get(job_id)
         return (
             job,
-            await app.events(job_id),
-            await app.cancellation(job_id),
-            await app.unserved_reason(job),
+            await app.jobs.events(job_id),
+            await app.cancellations.get(job_id),
+            await app.jobs.unserved_reason(job),
         )
 
     job, events, cancellation, unserved = run(app, fetch())
@@ -286,7 +286,7 @@ def job_pause(
 ) -> None:
     """Pause a job: at once if it waits to run, at its next checkpoint if it runs."""
     app = open_app(database, app_ref)
-    job = run(app, app.pause(job_id, reason=reason, actor=app.actor))
+    job = run(app, app.jobs.pause(job_id, reason=reason, actor=app.actor))
     if as_json:
         print_json(job)
     elif job.state is JobState.PAUSED:
@@ -308,7 +308,7 @@ def job_resume(
 ) -> None:
     """Queue a paused job again; it continues from its checkpoint."""
     app = open_app(database, app_ref)
-    job = run(app, app.resume(job_id, budget=budget, actor=app.actor))
+    job = run(app, app.jobs.resume(job_id, budget=budget, actor=app.actor))
     if as_json:
         print_json(job)
     elif job.state is JobState.RUNNING:
@@ -326,7 +326,7 @@ def job_retry(
 ) -> None:
     """Queue a failed job again with a fresh set of attempts."""
     app = open_app(database, app_ref)
-    job = run(app, app.retry(job_id, actor=app.actor))
+    job = run(app, app.jobs.retry(job_id, actor=app.actor))
     if as_json:
         print_json(job)
     else:
@@ -343,7 +343,7 @@ def job_delete(
     """Delete a job. Its active children are cancelled first ("parent job deleted");
     children that already finished are kept."""
     app = open_app(database, app_ref)
-    children = run(app, app.delete(job_id, actor=app.actor))
+    children = run(app, app.jobs.delete(job_id, actor=app.actor))
     if as_json:
         print_json({"deleted": job_id, "children_cancelled": [c.id for c in children]})
         return

@@ -24,9 +24,8 @@ def key_list(
 ) -> None:
     """List concurrency keys and resource pools: what runs, what waits, and why it is blocked."""
     app = open_app(database, app_ref)
-    limits = [
-        lim for lim in run(app, app.limits()) if not blocked or lim.blocked_reason is not None
-    ]
+    found = run(app, app.queues.limits())
+    limits = [lim for lim in found if not blocked or lim.blocked_reason is not None]
 
     def row(lim: LimitInfo) -> tuple[Cell, ...]:
         name = lim.name.split(":", 1)[1] if ":" in lim.name else lim.name
@@ -67,5 +66,5 @@ def key_configure(
 ) -> None:
     """Set how many jobs of a key may run at once, and whether a held job blocks it."""
     app = open_app(database, app_ref)
-    run(app, app.configure_key(key, max_running=max_running, block_on_hold=block_on_hold))
+    run(app, app.queues.configure_key(key, max_running=max_running, block_on_hold=block_on_hold))
     out.print(f"key {key}: up to {max_running} running; blocked by held jobs: {block_on_hold}")

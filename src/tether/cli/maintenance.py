@@ -20,7 +20,7 @@ from tether.ops import PruneReport
 def migrate(database: DatabaseOpt = None, app_ref: AppOpt = None) -> None:
     """Create or upgrade tether's tables (workers and producers also do it on first use)."""
     app = open_app(database, app_ref, create=True)
-    applied = run(app, app.migrate())
+    applied = run(app, app.admin.migrate())
     if applied:
         out.print(f"applied migrations: {', '.join(str(v) for v in applied)}")
     else:
@@ -80,7 +80,8 @@ def prune(
                 )
             )
 
-    report = run(app, app.prune(older_than=age, states=state, dry_run=dry_run, progress=progress))
+    pruning = app.admin.prune(older_than=age, states=state, dry_run=dry_run, progress=progress)
+    report = run(app, pruning)
     listing(
         list(report.counts.items()),
         ["kind", Column(verb, justify="right")],

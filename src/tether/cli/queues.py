@@ -23,7 +23,7 @@ def queue_list(
 ) -> None:
     """List queues with their jobs by state and whether they are paused."""
     app = open_app(database, app_ref)
-    queues = run(app, app.queues())
+    queues = run(app, app.queues.list())
     listing(
         queues,
         ["queue", "paused", *(Column(state, justify="right") for state in _COUNTED)],
@@ -65,7 +65,7 @@ def queue_pause(
         # An unsafe name is refused (and audited) by the App itself, before any lookup.
         if not create and names.is_safe(name):
             await _known_queue(app, name)
-        await app.pause_queue(name, reason=reason)
+        await app.queues.pause(name, reason=reason)
 
     run(app, go())
     out.print(f"queue {name} paused: no new claims; running jobs finish")
@@ -87,7 +87,7 @@ def queue_resume(
         # An unsafe name is refused (and audited) by the App itself, before any lookup.
         if not create and names.is_safe(name):
             await _known_queue(app, name)
-        await app.resume_queue(name)
+        await app.queues.resume(name)
 
     run(app, go())
     out.print(f"queue {name} resumed")
@@ -95,8 +95,8 @@ def queue_resume(
 
 async def _known_queue(app: App, name: str) -> None:
     """Refuse a queue that has no jobs, no pause flag and no worker: most likely a typo."""
-    known = {q.name for q in await app.queues()}
-    known |= {q for w in await app.workers() for q in w.queues}
+    known = {q.name for q in await app.queues.list()}
+    known |= {q for w in await app.admin.workers() for q in w.queues}
     if name not in known:
         listed = ", ".join(sorted(known)) or "none"
         raise InvalidJobError(

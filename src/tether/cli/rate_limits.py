@@ -53,7 +53,7 @@ def rate_limit_set(
     app = open_app(database, app_ref)
     if task is not None:
         task = resolve_task(app, task)
-    run(app, app.rate_limit(queue=queue, task=task, per_second=per_second, burst=burst))
+    run(app, app.queues.rate_limit(queue=queue, task=task, per_second=per_second, burst=burst))
     target = f"queue {queue}" if queue is not None else f"task {task}"
     shown = burst if burst is not None else "default"
     out.print(f"{target}: at most {per_second:g} job(s)/s, bursts of {shown}")
@@ -69,7 +69,7 @@ def rate_limit_remove(
     """Drop the rate limit of a queue (--queue) or a task (--task)."""
     app = open_app(database, app_ref)
     target = f"queue {queue}" if queue is not None else f"task {task}"
-    if not run(app, app.remove_rate_limit(queue=queue, task=task)):
+    if not run(app, app.queues.remove_rate_limit(queue=queue, task=task)):
         fail(f"{target} has no rate limit")
     out.print(f"{target}: no rate limit")
 
@@ -80,7 +80,7 @@ def rate_limit_list(
 ) -> None:
     """List rate limits with the tokens (jobs that may start now) each holds."""
     app = open_app(database, app_ref)
-    limits = run(app, app.rate_limits())
+    limits = run(app, app.queues.rate_limits())
     listing(
         limits,
         [

@@ -27,7 +27,7 @@ def schedule_list(
     With --app, the app's schedules are listed even before a worker has seen them.
     """
     app = open_app(database, app_ref)
-    rows = run(app, app.list_schedules())
+    rows = run(app, app.schedules.list())
     now = now_utc()
 
     def stamp(at: datetime | None, future: bool = False) -> str:
@@ -76,7 +76,7 @@ def schedule_pause(
 ) -> None:
     """Stop enqueueing a schedule's ticks; ticks that pass meanwhile are skipped."""
     app = open_app(database, app_ref)
-    run(app, app.pause_schedule(name))
+    run(app, app.schedules.pause(name))
     out.print(f"[green]✓[/] schedule {escape(name)} paused")
 
 
@@ -88,7 +88,7 @@ def schedule_resume(
 ) -> None:
     """Enqueue a paused schedule's ticks again, from its next tick on."""
     app = open_app(database, app_ref)
-    run(app, app.resume_schedule(name))
+    run(app, app.schedules.resume(name))
     out.print(f"[green]✓[/] schedule {escape(name)} resumed")
 
 
@@ -110,7 +110,7 @@ def schedule_remove(
     from the code first.
     """
     app = open_app(database, app_ref)
-    still = run(app, app.remove_schedule(name))
+    still = run(app, app.schedules.remove(name))
     out.print(f"[green]✓[/] schedule {escape(name)} removed")
     if still:
         out.print(

@@ -319,7 +319,7 @@ def workers(
 
 
 async def _workers_and_leader(app: App) -> tuple[list[WorkerInfo], LeaderInfo | None]:
-    return await app.workers(), await app.leader()
+    return await app.admin.workers(), await app.admin.leader()
 
 
 def _leader_line(leader: LeaderInfo | None) -> Text:

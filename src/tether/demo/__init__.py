@@ -31,7 +31,7 @@ from tether.demo.command import find_tether_command
 from tether.demo.pipeline import DEMO_DATABASE_URL, app
 from tether.demo.server import DEMO_PORT
 from tether.demo.session import DemoRun
-from tether.store import create_store
+from tether.facades import Admin
 
 __all__ = ["DEMO_DATABASE_URL", "DEMO_PORT", "app", "main"]
 
@@ -60,7 +60,7 @@ def main(
     """
     console = console or Console()
     url = database or DEMO_DATABASE_URL
-    create_store(url)  # a malformed URL fails here, before anything is deleted
+    Admin.sqlite_file(url)  # a malformed URL fails here, before anything is deleted
     if database is None:
         _fresh_sqlite(url)
     app.url = url  # the store is created lazily from it, so this is before first use

@@ -83,8 +83,8 @@ class DemoRun:
         """Run the demo until Ctrl-C (or ``duration``); returns the exit code."""
         loop = asyncio.get_running_loop()
         self.t0 = loop.time()
-        await self.app.store()  # connect and migrate now: a bad database fails here
-        newest = await self.app.list(limit=1)
+        await self.app.admin.listen()  # connect and migrate now: a bad database fails here
+        newest = await self.app.jobs.list(limit=1)
         self.baseline = newest[0].id if newest else 0
         for i in range(self.n_workers):
             cfg = WorkerConfig(
@@ -301,7 +301,7 @@ class DemoRun:
     async def poll(self) -> None:
         """Read this run's jobs from the database and note what changed."""
         try:
-            jobs = await self.app.list(limit=1000)
+            jobs = await self.app.jobs.list(limit=1000)
         except StoreError as exc:
             # The workers ride out an outage; so does the view.
             self.note(f"database error (retrying): {exc}", "red")

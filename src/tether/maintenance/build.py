@@ -18,7 +18,7 @@ from tether.service import Service
 from tether.store.protocols import CancellationStore, JobStore, MaintenanceStore, ScheduleStore
 
 if TYPE_CHECKING:
-    from tether.app import App
+    from tether.host import Host
 
 
 class MaintainerStore(MaintenanceStore, ScheduleStore, JobStore, CancellationStore, Protocol):
@@ -70,7 +70,7 @@ class Maintenance:
 
 
 def build_maintenance(
-    app: App, store: MaintainerStore, holder: str, config: WorkerConfig
+    app: Host, store: MaintainerStore, holder: str, config: WorkerConfig
 ) -> Maintenance:
     """The maintenance services of the worker ``holder`` of ``app``, with its
     ``config``: they share its backoff (the pruner keeps its own, see

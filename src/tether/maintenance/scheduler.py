@@ -13,12 +13,13 @@ from tether.config import DEFAULT_BACKOFF, LoopBackoff
 from tether.errors import ConfigError
 from tether.job import Job, NewJob
 from tether.maintenance.leader import Duty, LeaderElection
+from tether.new_job import declarations
 from tether.ops import ScheduleRow
 from tether.periodic import Schedule
 from tether.store.protocols import JobStore, ScheduleStore
 
 if TYPE_CHECKING:
-    from tether.app import App
+    from tether.host import Host
 
 log = logging.getLogger("tether.scheduler")
 
@@ -50,7 +51,7 @@ class Scheduler(Duty):
 
     def __init__(
         self,
-        app: App,
+        app: Host,
         store: SchedulerStore,
         *,
         interval: float,
@@ -82,8 +83,13 @@ class Scheduler(Duty):
         returns the names still pending. The newest declaration of a name wins: a
         different definition recorded earlier is replaced, with a warning."""
         if self._pending is None:
-            self._pending = set(self.app.schedules)
-        wanted = [d for d in self.app.schedule_declarations() if d.name in self._pending]
+            self._pending = set(self.app.schedules.declared)
+        declared = declarations(
+            self.app.tasks,
+            self.app.schedules.declared,
+            max_payload_bytes=self.app.config.max_payload_bytes,
+        )
+        wanted = [d for d in declared if d.name in self._pending]
         if not wanted:
             return []
         done = await self.store.register_schedules(wanted, await self._now(), self.holder)
@@ -93,9 +99,9 @@ class Scheduler(Duty):
                 "the one worker %s recorded at %s (task %s, cron %r, tz %s); the newest "
                 "declaration wins, so run one definition per name on all workers",
                 old.name,
-                self.app.schedules[old.name].task,
-                self.app.schedules[old.name].cron,
-                self.app.schedules[old.name].timezone,
+                self.app.schedules.declared[old.name].task,
+                self.app.schedules.declared[old.name].cron,
+                self.app.schedules.declared[old.name].timezone,
                 old.defined_by or "?",
                 old.defined_at.isoformat() if old.defined_at else "?",
                 old.task,
@@ -109,7 +115,7 @@ class Scheduler(Duty):
 
     async def run_once(self) -> list[Job]:
         """One round; returns the jobs enqueued (``[]`` when not the leader)."""
-        if self.app.schedules and (self._pending is None or self._pending):
+        if self.app.schedules.declared and (self._pending is None or self._pending):
             await self.register()
         if not self.leads():
             return []

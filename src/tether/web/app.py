@@ -37,7 +37,7 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await tether_app.listen()
+        await tether_app.admin.listen()
         try:
             yield
         finally:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
 from tether import metrics
+from tether.children import children
 from tether.config import WorkerConfig
 from tether.context import JobContext
 from tether.errors import ConfigError, InvalidJobError, LeaseLostError
@@ -24,6 +25,7 @@ from tether.executors import ThreadHandle, start_handler
 from tether.job import Beat, Job, JobFilter, Outcome
 from tether.logs import job_fields
 from tether.maintenance import Maintenance, build_maintenance
+from tether.new_job import new_job
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -38,7 +40,7 @@ from tether.worker.run import Run, beat
 from tether.worker.threads import EXIT_RESTART, HandlerThreads
 
 if TYPE_CHECKING:
-    from tether.app import App
+    from tether.host import Host
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
@@ -48,7 +50,7 @@ class Worker:
     """Runs the jobs of one :class:`~tether.App`; its parts are described in
     :mod:`tether.worker`."""
 
-    def __init__(self, app: App, config: WorkerConfig) -> None:
+    def __init__(self, app: Host, config: WorkerConfig) -> None:
         if not app.tasks:
             raise ConfigError("the app has no tasks registered; a worker would claim nothing")
         self.app = app
@@ -112,7 +114,7 @@ class Worker:
             self.config.queues,
             self.concurrency,
             tasks=self.task_names,
-            schedules=sorted(self.app.schedules),
+            schedules=sorted(self.app.schedules.declared),
         )
         self._assemble(self._store)
         self.maintenance = build_maintenance(self.app, self._store, self.id, self.config)
@@ -405,7 +407,7 @@ class Worker:
             on_lease_lost=lambda: self._lease_lost(job.id),
             on_usage=lambda usage: self._check_budget(job.id, usage),
             spawn=lambda name, args: self._spawn(job, name, args),
-            children=lambda: self.app.children(job.id),
+            children=lambda: children(self.store, job.id),
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
             threaded=task.executor == "thread",
@@ -476,7 +478,14 @@ class Worker:
 
     async def _spawn(self, parent: Job, task: str, args: dict[str, Any]) -> Job:
         new = dataclasses.replace(
-            self.app.new_job(task, args, EnqueueOptions()), parent_id=parent.id
+            new_job(
+                self.app.tasks,
+                task,
+                args,
+                EnqueueOptions(),
+                max_payload_bytes=self.app.config.max_payload_bytes,
+            ),
+            parent_id=parent.id,
         )
         child = await self.store.spawn(parent.id, parent.lease_token, new)
         if child is None:

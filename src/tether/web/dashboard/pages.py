@@ -31,7 +31,7 @@ async def _rescued(caller: Caller, recent: list[Job]) -> int:
     n = 0
     for job in [j for j in recent if j.attempt > 1][:100]:
         with contextlib.suppress(JobNotFoundError):
-            n += sum(1 for e in await caller.app.events(job.id) if e.actor == "rescuer")
+            n += sum(1 for e in await caller.app.jobs.events(job.id) if e.actor == "rescuer")
     return n
 
 
@@ -81,8 +81,8 @@ def _throughput(done: list[Job], minutes: int = 15) -> dict[str, Any]:
 async def overview(request: Request, v: Page) -> HTMLResponse:
     caller = await v.caller("stats.read", ALL_ROLES)
     owner = v.principal.owner_filter
-    done = await caller.app.list(state=["succeeded", "failed"], owner=owner, limit=1000)
-    recent = await caller.app.list(owner=owner, limit=500)
+    done = await caller.app.jobs.list(state=["succeeded", "failed"], owner=owner, limit=1000)
+    recent = await caller.app.jobs.list(owner=owner, limit=500)
     workers = (await control.list_workers(await v.caller("worker.list", ALL_ROLES))).items
     if _totals_hidden(v):
         # Only the member's own (recent) jobs; no other principal's keys.
@@ -135,7 +135,7 @@ async def jobs_page(
     real = state if state in {s.value for s in JobState} else None
     if state in display_states:
         real = "running"
-    found = await caller.app.list(
+    found = await caller.app.jobs.list(
         state=real,
         queue=queue or None,
         task=task or None,
@@ -166,7 +166,7 @@ async def _queue_choices(v: Visitor, caller: Caller, shown: list[Job]) -> list[s
     part of what it hides)."""
     if _totals_hidden(v):
         return sorted({j.queue for j in shown})
-    return [qi.name for qi in await caller.app.queues()]
+    return [qi.name for qi in await caller.app.queues.list()]
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -179,8 +179,8 @@ async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
             raise JobNotFoundError(0)
         detail = await jobs.get_job(number, caller)
         job = await caller.app.get(number)
-        events = await caller.app.events(number)
-        artifacts = await caller.app.artifacts(number)
+        events = await caller.app.jobs.events(number)
+        artifacts = await caller.app.jobs.artifacts(number)
         status = await jobs.cancellation_status(number, caller, 0.0)
         record = status.cancellation
     except (ApiError, JobNotFoundError):
@@ -188,7 +188,7 @@ async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
     grandchildren: dict[int, list[Job]] = {}
     for child in detail.children[:50]:
         grandchildren[child.id] = [
-            c for c in await caller.app.children(child.id) if v.principal.sees(c)
+            c for c in await caller.app.jobs.children(child.id) if v.principal.sees(c)
         ][:50]
     heartbeat_age = (
         (_now() - job.heartbeat_at).total_seconds() if job.heartbeat_at is not None else None
@@ -225,7 +225,7 @@ async def queues_page(request: Request, v: Page) -> HTMLResponse:
             name = k.name
             holders[k.name] = [
                 j
-                for j in await caller.app.list(
+                for j in await caller.app.jobs.list(
                     key=name,
                     state=["paused", "failed", "running"],
                     owner=v.principal.owner_filter,

@@ -50,9 +50,9 @@ async def list_cancellations(
 ) -> CancellationPage:
     owner = caller.principal.owner_filter
     records = (
-        await caller.app.cancellations(limit, offset)
+        await caller.app.cancellations.list(limit, offset)
         if owner is None
-        else await caller.app.cancellations_of(owner, limit, offset)
+        else await caller.app.cancellations.owned_by(owner, limit, offset)
     )
     return CancellationPage(
         items=[
@@ -69,11 +69,11 @@ async def list_queues(
     caller: Annotated[Caller, Depends(require("queue.list", ALL_ROLES))],
 ) -> QueueList:
     await totals_allowed(caller, "/api/queues")
-    return QueueList(items=[QueueOut.of(q) for q in await caller.app.queues()])
+    return QueueList(items=[QueueOut.of(q) for q in await caller.app.queues.list()])
 
 
 async def _queue(caller: Caller, name: str) -> QueueOut:
-    for q in await caller.app.queues():
+    for q in await caller.app.queues.list():
         if q.name == name:
             return QueueOut.of(q)
     # A resumed queue without jobs may not be listed: it is simply not paused.
@@ -93,7 +93,7 @@ async def pause_queue(
 ) -> QueueOut:
     async with caller.attempt(f"queue:{name}", mutation=True) as att:
         att.detail = body.reason if body else None
-        await caller.app.pause_queue(name, reason=body.reason if body else None)
+        await caller.app.queues.pause(name, reason=body.reason if body else None)
     return await _queue(caller, name)
 
 
@@ -108,7 +108,7 @@ async def resume_queue(
     caller: Annotated[Caller, Depends(require("queue.resume", ADMINS))],
 ) -> QueueOut:
     async with caller.attempt(f"queue:{name}", mutation=True):
-        await caller.app.resume_queue(name)
+        await caller.app.queues.resume(name)
     return await _queue(caller, name)
 
 
@@ -122,7 +122,7 @@ async def list_keys(
     caller: Annotated[Caller, Depends(require("key.list", ALL_ROLES))],
 ) -> KeyList:
     await totals_allowed(caller, "/api/keys")
-    return KeyList(items=[KeyOut.of(lim) for lim in await caller.app.limits()])
+    return KeyList(items=[KeyOut.of(lim) for lim in await caller.app.queues.limits()])
 
 
 @router.get(
@@ -138,15 +138,15 @@ async def list_workers(
         Query(description="Only workers in these states (active, draining, stopped, dead)."),
     ] = None,
 ) -> WorkerList:
-    workers = [w for w in await caller.app.workers() if not state or w.state in state]
-    running = await caller.app.list(
+    workers = [w for w in await caller.app.admin.workers() if not state or w.state in state]
+    running = await caller.app.jobs.list(
         state="running", owner=caller.principal.owner_filter, limit=RUNNING_SHOWN
     )
     by_worker: dict[str, list[int]] = {}
     for job in running:
         if job.worker_id is not None:
             by_worker.setdefault(job.worker_id, []).append(job.id)
-    leader = await caller.app.leader()
+    leader = await caller.app.admin.leader()
     return WorkerList(
         items=[WorkerOut.of(w, sorted(by_worker.get(w.id, []))) for w in workers],
         leader=leader.holder if leader is not None and leader.active else None,
@@ -156,7 +156,7 @@ async def list_workers(
 @router.get("/stats", response_model=Stats, tags=["workers"], summary="Jobs in each state")
 async def stats(caller: Annotated[Caller, Depends(require("stats.read", ALL_ROLES))]) -> Stats:
     await totals_allowed(caller, "/api/stats")
-    counts = await caller.app.stats()
+    counts = await caller.app.jobs.stats()
     return Stats(states=counts, total=sum(counts.values()))
 
 

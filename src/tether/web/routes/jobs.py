@@ -137,7 +137,7 @@ async def list_jobs(
     if forced is not None and owner is not None and owner != forced:
         jobs: list[Job] = []  # a member sees only its own jobs, whatever it asks for
     else:
-        jobs = await caller.app.list(
+        jobs = await caller.app.jobs.list(
             state=list(state) if state else None,
             queue=queue,
             task=task,
@@ -164,14 +164,14 @@ async def list_jobs(
 async def get_job(job_id: JobIdPath, caller: Reader) -> JobDetail:
     async with caller.attempt(_target(job_id), mutation=False):
         job = await caller.job(job_id)
-    children = [c for c in await caller.app.children(job_id) if caller.principal.sees(c)]
-    upstream, downstream = await caller.app.dependencies(job_id)
+    children = [c for c in await caller.app.jobs.children(job_id) if caller.principal.sees(c)]
+    upstream, downstream = await caller.app.jobs.dependencies(job_id)
     return JobDetail(
         **JobOut.of(job).model_dump(),
         children=[JobRef.of(c) for c in children[:MAX_LISTED]],
         depends_on=await _visible_ids(caller, upstream),
         dependents=await _visible_ids(caller, downstream),
-        unserved=await caller.app.unserved_reason(job),
+        unserved=await caller.app.jobs.unserved_reason(job),
     )
 
 
@@ -179,7 +179,7 @@ async def get_job(job_id: JobIdPath, caller: Reader) -> JobDetail:
 async def job_events(job_id: JobIdPath, caller: Reader) -> EventList:
     async with caller.attempt(_target(job_id), mutation=False):
         await caller.job(job_id)
-    return EventList(items=[EventOut.of(e) for e in await caller.app.events(job_id)])
+    return EventList(items=[EventOut.of(e) for e in await caller.app.jobs.events(job_id)])
 
 
 @router.post(
@@ -227,14 +227,14 @@ async def cancellation_status(
     async with caller.attempt(_target(job_id), mutation=False):
         await caller.job(job_id)
     settings = caller.api.settings
-    record = await caller.app.cancellation(job_id)
+    record = await caller.app.cancellations.get(job_id)
     job = await caller.app.get(job_id)
     if record is not None and wait > 0 and not _done(record.settled, job):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(wait, settings.min_poll_interval), settings.max_wait)
         # Waits for the job to stop too, and completes a record that settled while it ran.
-        await caller.app.wait_cancelled(job_id, deadline - loop.time())
-        record = await caller.app.cancellation(job_id)
+        await caller.app.cancellations.wait(job_id, deadline - loop.time())
+        record = await caller.app.cancellations.get(job_id)
         job = await caller.app.get(job_id)
     errors = record.errors if record is not None else []
     status = CancellationStatus(
@@ -266,7 +266,7 @@ async def pause_job(
 ) -> JobOut:
     async with caller.attempt(_target(job_id), mutation=True):
         await caller.job(job_id)
-        job = await caller.app.pause(
+        job = await caller.app.jobs.pause(
             job_id, reason=body.reason if body else None, actor=caller.principal.name
         )
     return JobOut.of(job)
@@ -280,7 +280,7 @@ async def resume_job(
 ) -> JobOut:
     async with caller.attempt(_target(job_id), mutation=True):
         await caller.job(job_id)
-        job = await caller.app.resume(
+        job = await caller.app.jobs.resume(
             job_id, budget=body.budget if body else None, actor=caller.principal.name
         )
     return JobOut.of(job)
@@ -293,7 +293,7 @@ async def retry_job(
 ) -> JobOut:
     async with caller.attempt(_target(job_id), mutation=True):
         await caller.job(job_id)
-        job = await caller.app.retry(job_id, actor=caller.principal.name)
+        job = await caller.app.jobs.retry(job_id, actor=caller.principal.name)
     return JobOut.of(job)
 
 
@@ -309,5 +309,5 @@ async def delete_job(
 ) -> Deleted:
     async with caller.attempt(_target(job_id), mutation=True):
         await caller.job(job_id)
-        children = await caller.app.delete(job_id, actor=caller.principal.name)
+        children = await caller.app.jobs.delete(job_id, actor=caller.principal.name)
     return Deleted(deleted=job_id, children_cancelled=[c.id for c in children])

@@ -28,14 +28,14 @@ SLOW_MS = 500.0
 )
 async def health(request: Request) -> JSONResponse:
     api: Api = request.app.state.api
-    expected = api.app.expected_schema_version()
+    expected = api.app.admin.expected_schema_version()
     problems: list[str] = []
     started = time.monotonic()
     # No wait_for here: cancelling a call blocked on a partitioned database waits for
     # the database. Every store call has its own deadline (StoreConfig).
     try:
-        version = await api.app.schema_version()
-        missing = await api.app.missing_migrations()
+        version = await api.app.admin.schema_version()
+        missing = await api.app.admin.missing_migrations()
     except Exception as exc:
         log.warning("health: database unreachable: %s", exc)
         down = Health(
@@ -58,7 +58,7 @@ async def health(request: Request) -> JSONResponse:
         problems.append(f"the schema lacks migration(s) {gaps}: run `tether migrate`")
     active = None
     try:
-        workers = await api.app.workers()
+        workers = await api.app.admin.workers()
         active = sum(1 for w in workers if w.state == "active")
         if not active:
             problems.append("no active worker: jobs are not running")

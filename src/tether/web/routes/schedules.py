@@ -28,11 +28,11 @@ ScheduleName = Annotated[
 async def list_schedules(
     caller: Annotated[Caller, Depends(require("schedule.list", ALL_ROLES))],
 ) -> ScheduleList:
-    return ScheduleList(items=[ScheduleOut.of(r) for r in await caller.app.list_schedules()])
+    return ScheduleList(items=[ScheduleOut.of(r) for r in await caller.app.schedules.list()])
 
 
 async def _one(caller: Caller, name: str) -> ScheduleOut:
-    return next(ScheduleOut.of(r) for r in await caller.app.list_schedules() if r.name == name)
+    return next(ScheduleOut.of(r) for r in await caller.app.schedules.list() if r.name == name)
 
 
 @router.post(
@@ -46,7 +46,7 @@ async def pause_schedule(
     caller: Annotated[Caller, Depends(require("schedule.pause", ADMINS))],
 ) -> ScheduleOut:
     async with caller.attempt(f"schedule:{name}", mutation=True):
-        await caller.app.pause_schedule(name)
+        await caller.app.schedules.pause(name)
     return await _one(caller, name)
 
 
@@ -61,5 +61,5 @@ async def resume_schedule(
     caller: Annotated[Caller, Depends(require("schedule.resume", ADMINS))],
 ) -> ScheduleOut:
     async with caller.attempt(f"schedule:{name}", mutation=True):
-        await caller.app.resume_schedule(name)
+        await caller.app.schedules.resume(name)
     return await _one(caller, name)

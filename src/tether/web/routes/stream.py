@@ -98,7 +98,8 @@ async def events(
         owner=caller.principal.owner_filter,
         states=tuple(s.value for s in state) if state else None,
     )
-    feed = await caller.app.feed(flt, after_id=after, poll=max(poll, settings.min_poll_interval))
+    poll = max(poll, settings.min_poll_interval)
+    feed = await caller.app.jobs.feed(flt, after_id=after, poll=poll)
     return StreamingResponse(
         _stream(request, feed, limit, timeout, settings.sse_keepalive),
         media_type="text/event-stream",
