@@ -92,6 +92,21 @@ async def test_idempotency_key_returns_existing_job_even_after_it_changed_state(
     assert await store.count_by_state() == {"cancelled": 1}
 
 
+async def test_jobs_without_an_idempotency_key_never_conflict(store: Store) -> None:
+    # The key's unique index leaves keyless jobs out; each one is new, alone or among
+    # keyed jobs, and a key still answers with its first job.
+    [alone] = await store.enqueue([new_job(args={"v": 1})])
+    batch = await store.enqueue(
+        [new_job(args={"v": 1}), new_job(args={"v": 1}, idempotency_key="k"), new_job()]
+    )
+    again = await store.enqueue([new_job(args={"v": 2}, idempotency_key="k"), new_job()])
+    assert again[0].id == batch[1].id and again[0].args == {"v": 1}
+    made = [alone, batch[0], batch[2], again[1]]
+    assert len({j.id for j in made} | {batch[1].id}) == 5
+    assert all(j.idempotency_key is None for j in made)
+    assert await store.count_by_state() == {"queued": 5}
+
+
 async def test_idempotency_key_answers_before_dependencies_are_checked(store: Store) -> None:
     [dep] = await store.enqueue([new_job(queue="up")])
     [first] = await store.enqueue([new_job(idempotency_key="once", depends_on=(dep.id,))])

@@ -6,7 +6,7 @@ from tether.job import Job, JobFilter
 from tether.states import JobState
 from tether.store import Store
 
-from .support import claim_one, new_job, outcome
+from .support import claim_one, enqueue_one, new_job, outcome, running_job
 
 
 async def seed(store: Store) -> list[Job]:
@@ -85,6 +85,40 @@ async def test_count_by_state_counts_only_present_states(store: Store) -> None:
         "succeeded": 1,
         "cancelled": 1,
     }
+
+
+async def test_jobs_in_every_state_are_counted_and_listed_by_state(store: Store) -> None:
+    # On PostgreSQL the succeeded jobs have no entry in the index by state: they are
+    # listed from the primary key and counted as the rest of the table.
+    by_state: dict[JobState, set[int]] = {s: set() for s in JobState}
+
+    async def ended(state: JobState) -> None:
+        job = await running_job(store)
+        await store.finish("w1", [outcome(job, state, delay=3600.0)])
+        by_state[state].add(job.id)
+
+    for state in (JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.FAILED, JobState.RETRYING):
+        await ended(state)
+    by_state[JobState.RUNNING].add((await running_job(store)).id)
+    upstream = await enqueue_one(store)
+    by_state[JobState.QUEUED].add(upstream.id)
+    by_state[JobState.BLOCKED].add((await enqueue_one(store, depends_on=(upstream.id,))).id)
+    paused = await store.request_pause((await enqueue_one(store)).id, None, None)
+    by_state[JobState.PAUSED].add(paused.id)
+    cancelled = await store.request_cancel((await enqueue_one(store)).id, None, False, None)
+    by_state[JobState.CANCELLED].add(cancelled.id)
+
+    assert await store.count_by_state() == {s.value: len(i) for s, i in by_state.items()}
+    for state, expected in by_state.items():
+        assert set(ids(await store.list_jobs(JobFilter(states=(state,))))) == expected
+    assert await store.list_jobs(JobFilter(states=())) == []
+
+
+async def test_count_by_state_of_succeeded_jobs_alone_and_of_none(store: Store) -> None:
+    assert await store.count_by_state() == {}
+    job = await running_job(store)
+    await store.finish("w1", [outcome(job, JobState.SUCCEEDED)])
+    assert await store.count_by_state() == {"succeeded": 1}
 
 
 async def test_get_of_an_unknown_job_returns_none(store: Store) -> None:

@@ -153,13 +153,20 @@ async def test_a_release_0_1_database_works_after_the_upgrade(db: Db) -> None:
         assert await app.admin.missing_migrations() == []
         jobs = {job.id: job for job in await store.list_jobs(JobFilter())}
         assert {i: job.state for i, job in jobs.items()} == STATES
+        # Counted and listed by state through the indexes the upgrade rebuilt (0027).
+        assert await store.count_by_state() == {s.value: 1 for s in STATES.values()}
+        for job_id, state in STATES.items():
+            assert [j.id for j in await store.list_jobs(JobFilter(states=(state,)))] == [job_id]
+        # The release's key still names its job in the key's (now partial) unique index.
+        keyed = new_job(task="work", queue="default", idempotency_key="release-0.1:queued")
+        assert [j.id for j in await store.enqueue([keyed])] == [1]
         assert [e.to_state for e in await store.events(4)] == [
             JobState.QUEUED,
             JobState.RUNNING,
             JobState.RETRYING,
         ]
         assert await store.get_artifact(3, "log.txt") == b"hello"
-        partial = await store.list_cancellations(10, 0, status="partial")
+        partial = await store.list_cancellations(limit=10, offset=0, status="partial")
         assert [c.id for c in partial] == ["cancel-3"]
         assert [s.name for s in await store.list_schedules()] == ["nightly"]
         assert [w.id for w in await store.list_workers()] == ["w-0.1"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from tether import hints as h
 from tether.job import Job, JobEvent, JobFilter
+from tether.states import JobState
 from tether.store.common.base import SqlBase
 from tether.store.driver import Tx
 
@@ -26,8 +27,12 @@ class JobsSql(SqlBase):
         where = ["1=1"]
         params: dict[str, Any] = {"limit": flt.limit, "offset": flt.offset}
         if flt.states is not None:
-            where.append(f.in_list("state", "states"))
-            params["states"] = [s.value for s in flt.states]
+            # The states as literals, not a parameter: PostgreSQL's index of jobs by state
+            # leaves the succeeded ones out (migration 0027), and only a plan that sees the
+            # states can use it (a prepared statement's generic plan could not). JobState
+            # admits nothing but the states' own names into the text.
+            states = ", ".join(sorted({f"'{JobState(s).value}'" for s in flt.states}))
+            where.append(f"state IN ({states})" if states else "1=0")
         for column in ("queue", "task", "key", "owner", "worker_id", "parent_id"):
             value = getattr(flt, column)
             if value is not None:

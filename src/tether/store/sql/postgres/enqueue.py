@@ -50,7 +50,9 @@ NEW_IDS = "SELECT nextval('tether_jobs_id_seq') FROM generate_series(1, %(n)s)"
 DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) FOR KEY SHARE"
 
 # Every enqueue, one statement for the whole batch. Jobs whose ids were drawn already
-# (see NEW_IDS) arrive with them; the others take theirs here, in row order.
+# (see NEW_IDS) arrive with them; the others take theirs here, in row order. The key's
+# unique index is partial (no NULL keys, migration 0027): the conflict target names its
+# predicate, or the insert would find no index to arbitrate on.
 INSERT_JOBS = f"""
 INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
                          run_at, owner, idempotency_key, actor, budget, limits, parent_id,
@@ -64,7 +66,7 @@ FROM unnest(%(i)s::bigint[], %(t)s::text[], %(a)s::text[], %(q)s::text[], %(p)s:
             %(o)s::text[], %(ik)s::text[], %(b)s::bigint[], %(l)s::text[], %(par)s::bigint[],
             %(hd)s::boolean[], %(ra)s::timestamptz[], %(uf)s::float8[])
      AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
-ON CONFLICT (idempotency_key) DO NOTHING
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING idempotency_key, {JOB_COLUMNS}
 """
 _INSERT_COLUMNS = (

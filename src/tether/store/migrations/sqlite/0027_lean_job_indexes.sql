@@ -1,0 +1,9 @@
+-- tether schema, version 27 (SQLite): nothing to do. On PostgreSQL this version leaves
+-- the jobs without an idempotency key out of the key's unique index, and the succeeded
+-- jobs out of the index by state, so that each claim and finish writes fewer index
+-- entries. SQLite keeps both indexes whole:
+-- - the key's index is the UNIQUE constraint of the column (sqlite_autoindex_...), which
+--   only rebuilding tether_jobs, with all its triggers and indexes, could change;
+-- - SQLite uses a partial index only where the query's WHERE repeats the index's own
+--   terms, and the listings' "state IN (...)" never repeats "state <> 'succeeded'": they
+--   would scan the table instead (EXPLAIN QUERY PLAN).
