@@ -31,7 +31,8 @@ class Admin(Facade):
     async def listen(self) -> None:
         """Connect this event loop's store now and, on PostgreSQL, listen for its
         notifications, so waits and feeds wake as soon as a job changes."""
-        await (await self._store()).listen()
+        store = await self._store()
+        await store.listen()
 
     async def schema_version(self) -> int:
         """The newest migration applied to the database (connecting first)."""
