@@ -324,7 +324,11 @@ async def _workers_and_leader(app: App) -> tuple[list[WorkerInfo], LeaderInfo | 
 
 def _leader_line(leader: LeaderInfo | None) -> Text:
     if leader is None:
-        return Text("maintenance leader: none yet (no worker has run)", style="grey50")
+        # A leader that stops gives the lead back, so no row also follows a clean stop.
+        return Text(
+            "maintenance leader: none (no worker has run yet, or the last leader stopped)",
+            style="grey50",
+        )
     if not leader.active:
         return Text(
             f"maintenance leader: none (the lease of {leader.holder} ran out; "
