@@ -503,7 +503,7 @@ def _huey(workers: int, synchronous: str) -> Runner:
     return run
 
 
-def _drainers(admin_dsn: str | None, tuned: Tuned) -> list[Drainer]:
+def _drainers(admin_dsn: str | None, tuned: Tuned, procrastinate: bool = True) -> list[Drainer]:
     how = "chosen by --sweep" if tuned.swept else "preset; --sweep chooses"
     out: list[Drainer] = []
     if admin_dsn is not None:
@@ -529,12 +529,15 @@ def _drainers(admin_dsn: str | None, tuned: Tuned) -> list[Drainer]:
                 _pgqueuer(admin_dsn, tuned.pgq),
                 f"{tuned.pgq}, {peers.PGQ_DRIVER} ({how})",
             ),
-            Drainer(
-                "procrastinate",
-                _procrastinate(admin_dsn),
-                f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, 1 worker process",
-            ),
         ]
+        if procrastinate:
+            out.append(
+                Drainer(
+                    "procrastinate",
+                    _procrastinate(admin_dsn),
+                    f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, 1 worker process",
+                )
+            )
     for sync in SYNC_LEVELS:
         out += [
             Drainer(
@@ -636,11 +639,11 @@ def sweep(plan: Plan, admin_dsn: str | None, results: Results) -> Tuned:
 
 
 def measure_drains(
-    plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned
+    plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned, procrastinate: bool = True
 ) -> list[Drainer]:
     """An untimed warm-up drain of every system, then ``plan.repeat`` timed rounds that
     each run every system once, in an order that rotates by one each round."""
-    drainers = _drainers(admin_dsn, tuned)
+    drainers = _drainers(admin_dsn, tuned, procrastinate)
     for d in drainers:
         got = attempt(results, f"{d.label} warm-up", admin_dsn, partial(d.run, plan.warmup_jobs))
         if got is not None:
@@ -2211,6 +2214,12 @@ def main(argv: list[str] | None = None) -> int:
         "the tuned rows (default: a preset)",
     )
     parser.add_argument(
+        "--no-procrastinate",
+        action="store_true",
+        help="leave Procrastinate out of the drains (an order of magnitude slower, its "
+        "drains take the longest)",
+    )
+    parser.add_argument(
         "--million-rows",
         type=int,
         help="finished jobs in the table for the million-row drain (default 1000000; quick 100000)",
@@ -2268,7 +2277,7 @@ def main(argv: list[str] | None = None) -> int:
         tuned = sweep(plan, admin_dsn, results)
     if "drain" in sections:
         print(f"\nDrain: {plan.jobs} no-op jobs, {plan.repeat} interleaved rounds", flush=True)
-        drainers = measure_drains(plan, admin_dsn, results, tuned)
+        drainers = measure_drains(plan, admin_dsn, results, tuned, not args.no_procrastinate)
     if "million" in sections:
         print(f"\nDrain beside {plan.million_rows} finished jobs, {plan.repeat} rounds", flush=True)
         measure_million(plan, admin_dsn, results, tuned)
