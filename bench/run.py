@@ -2275,6 +2275,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep and sections & {"drain", "million", "scaling"}:
         print(f"\nSweep: {plan.sweep_jobs} jobs per candidate", flush=True)
         tuned = sweep(plan, admin_dsn, results)
+        print(
+            f"  chosen: tether-pg {_cfg(tuned.tether_pg)}; pgqueuer {tuned.pgq}; "
+            f"tether-sqlite {_cfg(tuned.tether_sqlite)}; huey {tuned.huey_workers} threads",
+            flush=True,
+        )
     if "drain" in sections:
         print(f"\nDrain: {plan.jobs} no-op jobs, {plan.repeat} interleaved rounds", flush=True)
         drainers = measure_drains(plan, admin_dsn, results, tuned, not args.no_procrastinate)
