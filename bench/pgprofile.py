@@ -7,7 +7,8 @@ PgQueuer at matched settings, and prints for each:
 
 - the jobs/s, and the clients' CPU time per job: the benchmark process's
   (``time.process_time``: enqueueing, counting) and its consumer processes' (``getrusage``
-  of the children, once they have exited);
+  of the children, once they have exited, their start-up included: a few hundred ms of
+  imports, small beside the default 20,000 jobs);
 - the statements that took the most server time, with calls, total and per-job time.
 
 The cluster runs with ``fsync = off`` (it is thrown away); compare the two systems with
