@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tether import App, JobContext, JobState, WorkerConfig, Workflow
-from tether.job import Job, Outcome
+from tether.job import Finished, Job, Outcome
 
 NODE = "bench.graph_node"
 UPSTREAM = "bench.graph_upstream"
@@ -153,7 +153,7 @@ async def release(url: str, dependents: int, timeout: float) -> ReleaseRun:
         finishes: list[tuple[float, float, tuple[int, ...]]] = []
         finish = store.finish
 
-        async def timed_finish(worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+        async def timed_finish(worker_id: str, outcomes: Sequence[Outcome]) -> Finished:
             start = time.perf_counter()
             accepted = await finish(worker_id, outcomes)
             finishes.append((start, time.perf_counter(), tuple(o.job_id for o in outcomes)))

@@ -1,30 +1,35 @@
 """Peer job queues measured on this machine, so tether's figures sit beside theirs.
 
-Each ``drain_*`` function builds its own state in the database (or file) it is handed,
-enqueues ``n`` no-op jobs *untimed*, then times a single consumer draining them and
-returns jobs per second. ``cancel_latency_pgqueuer`` times how long PgQueuer takes to
-deliver a cancellation request to a running job.
+For the drains (``bench/drain.py``), this module prepares each peer's database (its
+schema and ``n`` no-op jobs, enqueued *untimed*), says how to count the jobs it has
+finished, and checks the end state; the consumers themselves run in processes of their
+own (``bench/consumers.py``). ``cancel_latency_pgqueuer`` times how long PgQueuer takes
+to deliver a cancellation request to a running job (in one process, as PgQueuer's own
+figure is taken).
 
 Settings (``bench/run.py`` pairs them with tether's: defaults with defaults, tuned with
 tuned, the tuned values found by its ``--sweep``):
 
-* PgQueuer 1.6.0 - one in-process ``QueueManager`` on its own asyncpg connection (PgQueuer's
-  preferred driver; ``driver="psycopg"`` is available but far slower, see ``_pgq_driver``),
-  ``batch_size`` 10 by default (the library default, and what PgQueuer's own drain
-  benchmark uses) or the tuned value, no concurrency cap (``max_concurrent_tasks=None``,
-  the default), default durable (logged) tables. The clock runs from
-  ``QueueManager.run()`` until it has returned, which includes the final flush of buffered
-  "successful" status rows, so all ``n`` jobs are really gone from the queue table.
-* Procrastinate 3.x - ``PsycopgConnector`` pool, one worker with ``concurrency=10`` async
-  slots, ``wait=False`` (the worker exits by itself once the queue is empty and its jobs
-  have finished), LISTEN/NOTIFY on, default ``delete_jobs="never"``.
+* PgQueuer 1.6.0 - ``QueueManager`` consumers, each in its own process on its own asyncpg
+  connection (PgQueuer's preferred driver; ``driver="psycopg"`` is available but far
+  slower, see ``pgq_driver``), ``batch_size`` 10 by default (the library default, and
+  what PgQueuer's own drain benchmark uses) or the tuned value, no concurrency cap
+  (``max_concurrent_tasks=None``, the default), default durable (logged) tables. A job
+  is finished once its ``successful`` row is in ``pgqueuer_log`` (PgQueuer deletes the
+  job from its queue table and logs it in one statement, in batches).
+* Procrastinate 3.x - one worker process (``PsycopgConnector``), ``concurrency=10`` async
+  slots, LISTEN/NOTIFY on, default ``delete_jobs="never"``; finished: ``succeeded``.
 * Huey - ``SqliteHuey`` (WAL journal, huey's default) with ``PRAGMA synchronous`` set to the
   level tether's SQLite store runs at in the same pairing (``normal`` or ``full``; huey's own
   ``fsync`` option knows only FULL and OFF, so ``_SyncSqliteStorage`` sets the pragma on
   each of its connections), enqueued one task at a time (huey has no bulk enqueue), drained
-  by huey's own ``Consumer`` with 4 worker threads (or the tuned count), in this process.
+  by huey's own ``Consumer`` with thread workers in a process of its own. A no-op returns
+  ``None``, which huey does not store (``store_none=False``, its default), so nothing is
+  written when a task finishes: huey deletes a task's row when a worker takes it, and the
+  count of finished tasks is the count of rows gone from its queue table.
 
-Run by hand: ``python bench/peers.py --dsn postgresql://postgres@127.0.0.1:5432/test``.
+Run by hand: ``python bench/peers.py --dsn postgresql://postgres@127.0.0.1:5432/test``
+(PgQueuer's cancellation latency; the drains are ``bench/run.py --only drain``).
 """
 
 from __future__ import annotations
@@ -36,8 +41,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
-import threading
 import time
 import urllib.parse
 import uuid
@@ -45,10 +48,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from pgqueuer import Queries
+    import procrastinate
     from pgqueuer.db import Driver
 
-#: Which PostgreSQL client PgQueuer runs on; see ``_pgq_driver``.
+#: Which PostgreSQL client PgQueuer runs on; see ``pgq_driver``.
 PgqDriverName = Literal["asyncpg", "psycopg"]
 
 #: Default wall-clock limit for one measurement; a stuck peer raises instead of hanging.
@@ -66,7 +69,8 @@ DROP_PATIENCE = 60.0
 # Enqueue in chunks so one INSERT never carries an unbounded parameter array.
 _ENQUEUE_CHUNK = 10_000
 
-_NOOP = "tether_bench_noop"
+#: The no-op job every peer drains, under this name.
+NOOP = "tether_bench_noop"
 _SLEEPER = "tether_bench_sleeper"
 
 
@@ -126,7 +130,7 @@ async def _run_bounded(
 
 
 @contextlib.asynccontextmanager
-async def _pgq_driver(dsn: str, driver: PgqDriverName) -> AsyncIterator[Driver]:
+async def pgq_driver(dsn: str, driver: PgqDriverName) -> AsyncIterator[Driver]:
     """Open one dedicated connection for PgQueuer and wrap it in the named driver.
 
     asyncpg is PgQueuer's own first choice (its CLI tries asyncpg before psycopg, and its
@@ -178,76 +182,35 @@ def _asyncpg_connect_args(dsn: str) -> dict[str, Any]:
     return args
 
 
-async def _pgq_table_counts(queries: Queries) -> tuple[int, int]:
-    """Return (rows left in PgQueuer's queue table, 'successful' rows in its log)."""
-    settings = queries.qbe.settings
-    left = await queries.driver.fetch(f"SELECT count(*) AS c FROM {settings.queue_table}")
-    ok = await queries.driver.fetch(
-        f"SELECT count(*) AS c FROM {settings.queue_table_log} WHERE status = 'successful'"
-    )
-    return int(str(left[0]["c"])), int(str(ok[0]["c"]))
+#: PgQueuer's finished jobs: their ``successful`` rows in its log table.
+PGQ_FINISHED = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
 
 
-async def drain_pgqueuer(
-    dsn: str,
-    n: int,
-    *,
-    batch_size: int = PGQ_BATCH_SIZE,
-    driver: PgqDriverName = PGQ_DRIVER,
-    time_limit: float = DEFAULT_TIMEOUT,
-) -> float:
-    """Drain ``n`` no-op PgQueuer jobs with one in-process QueueManager; return jobs/s.
-
-    ``dsn`` must name a fresh, empty database: PgQueuer's schema is installed into it.
-    The jobs are bulk-enqueued before the clock starts. The clock covers
-    ``QueueManager.run()`` from its call until it returns after the ``n``-th job, which
-    includes its start-up checks and the final flush of the jobs' status rows.
-    Raises ``PeerTimeoutError`` after ``time_limit`` seconds and ``PeerCheckError`` if the
-    queue is not empty afterwards.
-    """
-    from pgqueuer import Queries, QueueManager
-    from pgqueuer.models import Job
+async def enqueue_pgqueuer(dsn: str, n: int, driver: PgqDriverName = PGQ_DRIVER) -> None:
+    """Install PgQueuer's schema into ``dsn`` (a fresh, empty database) and enqueue ``n``
+    no-op jobs in bulk."""
+    from pgqueuer import Queries
 
     _check_count("n", n)
-    _check_count("batch_size", batch_size)
-    async with (
-        _pgq_driver(dsn, driver) as setup_driver,
-        _pgq_driver(dsn, driver) as worker_driver,
-    ):
-        setup = Queries(setup_driver)
-        await setup.install()
+    async with pgq_driver(dsn, driver) as conn:
+        queries = Queries(conn)
+        await queries.install()
         for size in _chunks(n):
-            await setup.enqueue([_NOOP] * size, [None] * size, [0] * size)
+            await queries.enqueue([NOOP] * size, [None] * size, [0] * size)
 
-        # The worker gets its own connection, as PgQueuer advises: it also LISTENs on it.
-        qm = QueueManager(Queries(worker_driver))
-        done = 0
 
-        @qm.entrypoint(_NOOP, accepts_context=False)
-        async def noop(job: Job) -> None:
-            nonlocal done
-            done += 1
-            if done >= n:
-                # run() then stops fetching, waits for in-flight jobs, flushes, returns.
-                qm.shutdown.set()
-
-        start = time.perf_counter()
-        await _run_bounded(
-            qm.run(batch_size=batch_size),
-            time_limit=time_limit,
-            what=f"PgQueuer drain of {n} jobs",
-            progress=lambda: f"{done} jobs ran",
-            stop=qm.shutdown.set,
-        )
-        elapsed = time.perf_counter() - start
-
-        left, successful = await _pgq_table_counts(setup)
-    if done != n or left != 0 or successful != n:
+async def check_pgqueuer(dsn: str, n: int, ran: int) -> None:
+    """Raise ``PeerCheckError`` unless the queue is empty, ``n`` jobs are logged
+    ``successful`` and the consumers ran the handler ``n`` times."""
+    async with pgq_driver(dsn, PGQ_DRIVER) as conn:
+        left = await conn.fetch("SELECT count(*) AS c FROM pgqueuer")
+        ok = await conn.fetch(PGQ_FINISHED.replace("count(*)", "count(*) AS c"))
+    rows, successful = int(str(left[0]["c"])), int(str(ok[0]["c"]))
+    if ran != n or rows != 0 or successful != n:
         raise PeerCheckError(
-            f"PgQueuer: {done} jobs ran, {left} rows left in the queue, "
+            f"PgQueuer: {ran} jobs ran, {rows} rows left in the queue, "
             f"{successful} logged successful; expected {n}, 0, {n}"
         )
-    return n / elapsed
 
 
 async def cancel_latency_pgqueuer(
@@ -287,8 +250,8 @@ async def cancel_latency_pgqueuer(
             ) from None
 
     async with (
-        _pgq_driver(dsn, driver) as client_driver,
-        _pgq_driver(dsn, driver) as worker_driver,
+        pgq_driver(dsn, driver) as client_driver,
+        pgq_driver(dsn, driver) as worker_driver,
     ):
         # The request goes out on its own connection, as it would from another process.
         client = Queries(client_driver)
@@ -354,72 +317,55 @@ def _without_main_module_warning() -> Iterator[None]:
         logger.removeFilter(not_main_module)
 
 
-async def drain_procrastinate(
-    dsn: str,
-    n: int,
-    *,
-    concurrency: int = PROCRASTINATE_CONCURRENCY,
-    time_limit: float = DEFAULT_TIMEOUT,
-) -> float:
-    """Drain ``n`` no-op Procrastinate jobs with one worker; return jobs/s.
+#: Procrastinate's finished jobs.
+PROCRASTINATE_FINISHED = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
 
-    ``dsn`` must name a fresh, empty database: Procrastinate's schema is applied to it.
-    The jobs are deferred with ``batch_defer_async`` before the clock starts. The clock
-    covers ``run_worker_async(wait=False)`` from its call until it returns, i.e. until the
-    queue is empty and every job has finished and been marked. Raises
-    ``PeerTimeoutError`` after ``time_limit`` seconds and ``PeerCheckError`` unless exactly
-    ``n`` jobs succeeded.
-    """
+
+def procrastinate_app(dsn: str, concurrency: int = PROCRASTINATE_CONCURRENCY) -> procrastinate.App:
+    """A Procrastinate App on ``dsn`` whose pool has a connection for every job slot."""
     import procrastinate
 
-    _check_count("n", n)
-    _check_count("concurrency", concurrency)
     # Enough pooled connections that no job slot waits for one; the listener takes its own.
     pool_size = concurrency + 2
     with _without_main_module_warning():
-        app = procrastinate.App(
+        return procrastinate.App(
             connector=procrastinate.PsycopgConnector(
                 conninfo=dsn, min_size=pool_size, max_size=pool_size
             )
         )
-    done = 0
 
-    @app.task(name=_NOOP)
+
+async def enqueue_procrastinate(dsn: str, n: int) -> None:
+    """Apply Procrastinate's schema to ``dsn`` (a fresh, empty database) and defer ``n``
+    no-op jobs in bulk (``batch_defer_async``)."""
+    _check_count("n", n)
+    app = procrastinate_app(dsn, 1)
+
+    @app.task(name=NOOP)
     async def noop() -> None:
-        nonlocal done
-        done += 1
+        """Runs in the consumer process only."""
 
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
         for size in _chunks(n):
             await noop.batch_defer_async(*({} for _ in range(size)))
 
-        start = time.perf_counter()
-        await _run_bounded(
-            app.run_worker_async(
-                wait=False,
-                concurrency=concurrency,
-                install_signal_handlers=False,
-                listen_notify=True,
-                # Bounds how long a cancelled (timed-out) worker waits for its jobs.
-                shutdown_graceful_timeout=_STOP_GRACE,
-            ),
-            time_limit=time_limit,
-            what=f"Procrastinate drain of {n} jobs",
-            progress=lambda: f"{done} jobs ran",
-        )
-        elapsed = time.perf_counter() - start
 
-        row: Any = await app.connector.execute_query_one_async(
-            "SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, count(*) AS total"
-            " FROM procrastinate_jobs"
+async def check_procrastinate(dsn: str, n: int, ran: int) -> None:
+    """Raise ``PeerCheckError`` unless exactly ``n`` jobs exist, all ``succeeded``, and the
+    consumer ran the handler ``n`` times."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM procrastinate_jobs"
         )
-    if done != n or row["ok"] != n or row["total"] != n:
+        row = await cur.fetchone()
+    ok, total = row if row is not None else (0, 0)
+    if ran != n or ok != n or total != n:
         raise PeerCheckError(
-            f"Procrastinate: {done} jobs ran, {row['ok']} of {row['total']} succeeded; "
-            f"expected {n} of {n}"
+            f"Procrastinate: {ran} jobs ran, {ok} of {total} succeeded; expected {n} of {n}"
         )
-    return n / elapsed
 
 
 #: ``PRAGMA synchronous`` reads back as a number.
@@ -451,107 +397,67 @@ def _sync_huey_class(synchronous: str | None) -> Any:
     return _SyncSqliteHuey
 
 
-def drain_huey(
-    path: str,
-    n: int,
-    *,
-    workers: int = HUEY_WORKERS,
-    synchronous: str | None = None,
-    time_limit: float = DEFAULT_TIMEOUT,
-) -> float:
-    """Drain ``n`` no-op Huey tasks from a SqliteHuey file with huey's consumer; return jobs/s.
+HUEY_NAME = "tether-bench"
 
-    ``synchronous`` (``"normal"``, ``"full"``) sets SQLite's ``synchronous`` pragma on every
-    huey connection; ``None`` leaves huey's default (SQLite's compiled-in one).
 
-    Any SQLite file (and its ``-wal``/``-shm`` files) already at ``path`` is removed first,
-    so the queue starts empty; the file is left for the caller afterwards. Tasks are
-    enqueued before the clock starts. huey's own ``Consumer`` (thread workers) runs in this
-    process; the clock runs from its start until the ``n``-th task has completed, then the
-    consumer is stopped and its threads joined. Raises ``PeerTimeoutError`` after
-    ``time_limit`` seconds and ``PeerCheckError`` if any task failed or tasks remain queued.
-    """
-    # huey ships no type information.
-    from huey.consumer import Consumer  # type: ignore[import-untyped]
-    from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR  # type: ignore[import-untyped]
-
-    _check_count("n", n)
-    _check_count("workers", workers)
-
-    class _InProcessConsumer(Consumer):  # type: ignore[misc]
-        """huey's consumer without its signal handlers.
-
-        The stock consumer takes over SIGINT/SIGTERM/SIGHUP for the whole process (and
-        can only do so from the main thread); the benchmark process keeps its own.
-        """
-
-        def _set_signal_handlers(self) -> None:
-            pass
-
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path + suffix)
-
-    huey = _sync_huey_class(synchronous)(name="tether-bench", filename=path)
+def huey_instance(path: str, synchronous: str | None) -> Any:
+    """A ``SqliteHuey`` on ``path`` at ``PRAGMA synchronous=<synchronous>`` (checked)."""
+    huey = _sync_huey_class(synchronous)(name=HUEY_NAME, filename=path)
     if synchronous is not None:
         # Every huey connection is built the same way; check that the pragma held on one.
         level = int(huey.storage.conn.execute("PRAGMA synchronous").fetchone()[0])
         if level != _SYNCHRONOUS_CODES[synchronous.lower()]:
             huey.storage.close()
             raise PeerCheckError(f"Huey: PRAGMA synchronous is {level}, not {synchronous}")
-    lock = threading.Lock()
-    completed = 0
-    failed = 0
-    all_done = threading.Event()
+    return huey
 
-    @huey.task(name=_NOOP)  # type: ignore[untyped-decorator]
+
+def huey_noop(huey: Any, ran: Callable[[], None] = lambda: None) -> Any:
+    """Register the no-op task on ``huey``; it calls ``ran`` when it runs.
+
+    huey names a task after the module its function is defined in, so the producer and
+    the consumer process must both register it here.
+    """
+
+    @huey.task(name=NOOP)  # type: ignore[untyped-decorator]
     def noop() -> None:
-        return None
+        ran()
 
-    @huey.signal(SIGNAL_COMPLETE, SIGNAL_ERROR)  # type: ignore[untyped-decorator]
-    def on_finished(signal: str, task: object, *args: object) -> None:
-        # Receivers run on the worker threads, hence the lock.
-        nonlocal completed, failed
-        with lock:
-            if signal == SIGNAL_ERROR:
-                failed += 1
-            else:
-                completed += 1
-            if completed + failed >= n:
-                all_done.set()
+    return noop
 
+
+#: Huey's tasks still queued (its queue table keeps a task only until a worker takes it).
+HUEY_QUEUED = f"SELECT count(*) FROM task WHERE queue = '{HUEY_NAME}'"
+
+
+def enqueue_huey(path: str, n: int, synchronous: str) -> None:
+    """Enqueue ``n`` no-op tasks into a new SqliteHuey file at ``path``, one at a time.
+
+    Any SQLite file (and its ``-wal``/``-shm`` files) already at ``path`` is removed
+    first, so the queue holds exactly these.
+    """
+    _check_count("n", n)
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + suffix)
+    huey = huey_instance(path, synchronous)
+    noop = huey_noop(huey)
     try:
         for _ in range(n):
             noop()
-        consumer = _InProcessConsumer(
-            huey,
-            workers=workers,
-            worker_type="thread",
-            periodic=False,
-            check_worker_health=False,
-            shutdown_timeout=_STOP_GRACE,
-        )
-        start = time.perf_counter()
-        consumer.start()
-        try:
-            finished = all_done.wait(time_limit)
-            elapsed = time.perf_counter() - start
-        finally:
-            # Graceful: each worker finishes its current task, then every thread is joined.
-            consumer.stop(graceful=True)
+    finally:
+        huey.storage.close()
+
+
+def check_huey(path: str, n: int, ran: int, synchronous: str) -> None:
+    """Raise ``PeerCheckError`` unless the queue is empty and the consumer ran ``n`` tasks."""
+    huey = huey_instance(path, synchronous)
+    try:
         left = huey.pending_count()
     finally:
         huey.storage.close()
-    if not finished:
-        raise PeerTimeoutError(
-            f"Huey drain of {n} tasks did not finish within {time_limit:g} s "
-            f"({completed} completed)"
-        )
-    if failed or completed != n or left:
-        raise PeerCheckError(
-            f"Huey: {completed} completed, {failed} failed, {left} left queued; expected {n}"
-        )
-    return n / elapsed
+    if ran != n or left:
+        raise PeerCheckError(f"Huey: {ran} tasks ran, {left} left queued; expected {n}, 0")
 
 
 @contextlib.contextmanager
@@ -609,14 +515,13 @@ def _summary(latencies: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every peer measurement once and print the figures."""
+    """Measure PgQueuer's cancellation latency once and print it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
         "--dsn",
         default="postgresql://postgres@127.0.0.1:5432/test",
         help="a database to connect to for CREATE/DROP DATABASE (default: %(default)s)",
     )
-    parser.add_argument("--n", type=int, default=2000, help="jobs per drain (default: 2000)")
     parser.add_argument(
         "--samples", type=int, default=20, help="cancellation samples (default: 20)"
     )
@@ -627,37 +532,14 @@ def main(argv: list[str] | None = None) -> int:
         default=PGQ_DRIVER,
         help="PostgreSQL client for PgQueuer (default: %(default)s)",
     )
-    parser.add_argument(
-        "--only",
-        choices=["pgqueuer", "procrastinate", "huey", "cancel"],
-        action="append",
-        help="run only these measurements (repeatable)",
-    )
     args = parser.parse_args(argv)
-    wanted = set(args.only or ["pgqueuer", "procrastinate", "huey", "cancel"])
-
-    if "pgqueuer" in wanted:
-        with fresh_database(args.dsn, "bench_pgq") as dsn:
-            rate = asyncio.run(
-                drain_pgqueuer(dsn, args.n, driver=args.pgq_driver, time_limit=args.timeout)
+    with fresh_database(args.dsn, "bench_pgq_cancel") as dsn:
+        lat = asyncio.run(
+            cancel_latency_pgqueuer(
+                dsn, args.samples, driver=args.pgq_driver, time_limit=args.timeout
             )
-        print(f"pgqueuer      drain n={args.n}: {rate:10.1f} jobs/s", flush=True)
-    if "procrastinate" in wanted:
-        with fresh_database(args.dsn, "bench_proc") as dsn:
-            rate = asyncio.run(drain_procrastinate(dsn, args.n, time_limit=args.timeout))
-        print(f"procrastinate drain n={args.n}: {rate:10.1f} jobs/s", flush=True)
-    if "huey" in wanted:
-        with tempfile.TemporaryDirectory(prefix="bench_huey_") as tmp:
-            rate = drain_huey(os.path.join(tmp, "huey.db"), args.n, time_limit=args.timeout)
-        print(f"huey          drain n={args.n}: {rate:10.1f} jobs/s", flush=True)
-    if "cancel" in wanted:
-        with fresh_database(args.dsn, "bench_pgq_cancel") as dsn:
-            lat = asyncio.run(
-                cancel_latency_pgqueuer(
-                    dsn, args.samples, driver=args.pgq_driver, time_limit=args.timeout
-                )
-            )
-        print(f"pgqueuer      cancel latency: {_summary(lat)}", flush=True)
+        )
+    print(f"pgqueuer      cancel latency: {_summary(lat)}", flush=True)
     return 0
 
 

@@ -5,8 +5,11 @@ ratios and a PASS/MISS summary against the targets, and writes ``bench/RESULTS.m
 
 1. **Drain rate** of no-op jobs, jobs/s: tether on PostgreSQL and on SQLite, PgQueuer 1.6
    (PostgreSQL), Procrastinate 3.x (PostgreSQL) and Huey (SQLite), every one on the same
-   number of jobs. Jobs are enqueued in bulk first, untimed; then one in-process consumer
-   drains them. Each system first runs an untimed warm-up drain; then each drain runs
+   number of jobs. Jobs are enqueued in bulk first, untimed; then the system's consumer
+   drains them in a process of its own, as a user deploys it (``bench/consumers.py``), and
+   the drain ends when the system's database shows every job finished (``bench/drain.py``);
+   the machine's fsync latency is measured beside it (``bench/fsync.py``). Each system
+   first runs an untimed warm-up drain; then each drain runs
    ``--repeat`` times, in rounds that interleave every system (rotating the order), and
    the median counts. Only equal settings are paired: tether's and PgQueuer's defaults;
    each one's tuned setting (``--sweep`` finds the best of a small grid, else a preset);
@@ -55,16 +58,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import bigtable
 import cancel_executors
+import drain
+import fsync
 import graphs
 import peers
 import workerapp
+from consumers import NO_PRUNING
 from tether import App, JobContext, JobState, WorkerConfig
-from tether.config import DEFAULT_QUEUE, AppConfig, RetentionConfig
-from tether.job import Outcome
+from tether.config import DEFAULT_QUEUE
 from workerapp import MARKS, read_mark
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -179,6 +184,8 @@ class Results:
     """Everything measured in one run; a missing key means not measured."""
 
     drains: dict[str, list[float]] = field(default_factory=dict)
+    #: The 1-minute load average as each drain started, beside ``drains``.
+    drain_load: dict[str, list[float]] = field(default_factory=dict)
     enqueue: dict[str, list[float]] = field(default_factory=dict)
     cancel: dict[str, list[float]] = field(default_factory=dict)
     #: How long the ``app.cancel(id, wait=0)`` call itself took, per cancel measurement.
@@ -290,103 +297,64 @@ def attempt(results: Results, key: str, admin_dsn: str | None, fn: Callable[[], 
 # -- drain -----------------------------------------------------------------------------
 
 
-async def _await_count(
-    done: asyncio.Event,
-    progress: Callable[[], int],
-    total: int,
-    time_limit: float,
-    what: str,
-    describe: Callable[[], Awaitable[str]],
-) -> None:
-    """Wait for ``done``; raise if ``time_limit`` passes or ``progress()`` stalls."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + time_limit
-    last = -1
-    while not done.is_set():
-        left = deadline - loop.time()
-        if left <= 0:
-            raise BenchError(
-                f"{what}: {progress()}/{total} after {time_limit:g} s; {await describe()}"
-            )
-        try:
-            await asyncio.wait_for(done.wait(), min(STALL_SECONDS, left))
-        except TimeoutError:
-            now = progress()
-            if now == last:
-                raise BenchError(
-                    f"{what}: stalled at {now}/{total} for {STALL_SECONDS:g} s; {await describe()}"
-                ) from None
-            last = now
+@contextlib.asynccontextmanager
+async def _tether_count(url: str, sql: str) -> AsyncIterator[drain.Count]:
+    """A count of tether's rows read by ``sql``, on a connection of the harness's own."""
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite:///").split("?", 1)[0]
+        async with drain.sqlite_count("/" + path.lstrip("/"), sql) as count:
+            yield count
+    else:
+        async with drain.pg_count(url, sql) as count:
+            yield count
+
+
+async def _tether_rows(url: str, sql: str) -> int:
+    async with _tether_count(url, sql) as count:
+        return await count()
 
 
 async def tether_drain(
-    url: str, n: int, config: WorkerConfig, *, app_config: AppConfig | None = None
+    url: str, n: int, config: WorkerConfig, workdir: Path, *, keep_finished: bool = False
 ) -> tuple[float, float | None]:
-    """Drain ``n`` no-op jobs with one in-process worker; return (jobs/s, enqueue jobs/s).
+    """Drain ``n`` no-op jobs with one worker process; return (jobs/s, enqueue jobs/s).
 
-    The jobs are enqueued with ``app.enqueue_many`` in chunks before the clock starts.
-    The clock runs from just before ``worker.start()`` until the store has accepted the
-    ``n``-th outcome: the App's store instance has its ``finish`` method wrapped to count
-    the outcomes each call accepted (no polling, so the cost of the check does not grow
-    with the table). Afterwards, untimed, ``app.jobs.stats()`` must show ``n`` more jobs
-    ``succeeded`` than before: jobs already in the database (the million-row drain's
-    finished ones) stay there and are not counted.
+    The jobs are enqueued here with ``app.enqueue_many`` in chunks before the clock
+    starts. The worker is ``bench/consumers.py tether`` in a process of its own; the clock
+    runs from its release until ``n`` jobs enqueued here are ``succeeded`` in the database
+    (``bench/drain.py``). Jobs already in the database (the million-row drain's finished
+    ones) have lower ids and are not counted; afterwards, untimed, all ``n`` must be
+    ``succeeded`` and the worker must have run the handler ``n`` times.
     """
-    app = App(url, config=app_config)
-    done = asyncio.Event()
-    written_all = asyncio.Event()
-    ran = 0
-    written = 0
+    app = App(url, config=NO_PRUNING if keep_finished else None)
 
     @app.task(name=NOOP)
     async def noop(ctx: JobContext) -> None:
-        nonlocal ran
-        ran += 1
-        if ran >= n:
-            done.set()
-
-    async def describe() -> str:
-        states = await app.jobs.stats()
-        return f"{ran} handlers ran, {written} outcomes written; job states: {states}"
+        """Runs in the worker process only."""
 
     try:
-        store = await app.store()
-        finish = store.finish
-
-        async def counted_finish(worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-            nonlocal written
-            accepted = await finish(worker_id, outcomes)
-            written += len(accepted)
-            if written >= n:
-                written_all.set()
-            return accepted
-
-        store.finish = counted_finish  # type: ignore[method-assign]
-        before = await app.jobs.stats()
+        await app.store()  # migrates a fresh database
+        floor = await _tether_rows(url, "SELECT coalesce(max(id), 0) FROM tether_jobs")
         start = time.perf_counter()
         for size in _chunks(n, ENQUEUE_CHUNK):
             await app.enqueue_many([(noop, {})] * size)
         enqueue_rate = n / (time.perf_counter() - start)
-        worker = app.worker(config)
-        start = time.perf_counter()
-        await worker.start()
-        try:
-            await _await_count(done, lambda: ran, n, DRAIN_TIME_LIMIT, "tether drain", describe)
-            await _await_count(
-                written_all, lambda: written, n, DRAIN_TIME_LIMIT, "tether outcomes", describe
-            )
-            elapsed = time.perf_counter() - start
-        finally:
-            await asyncio.wait_for(worker.stop(), 60)
-        stats = await app.jobs.stats()
-        if stats["succeeded"] - before["succeeded"] != n or ran != n or written != n:
-            raise BenchError(
-                f"tether drain: {ran} handlers ran, {written} outcomes written, job states "
-                f"{stats} (before: {before}); expected {n}"
-            )
-        return n / elapsed, enqueue_rate
     finally:
         await app.close()
+    ours = f"FROM tether_jobs WHERE id > {floor}"
+    command = ["tether", url, "--concurrency", str(config.slots(["async"]))]
+    command += ["--claim-batch", str(config.claim_batch)]
+    command += ["--keep-finished"] if keep_finished else []
+    async with _tether_count(url, f"SELECT count(*) {ours} AND state = 'succeeded'") as count:
+        got = await drain.drain([command], n, count, workdir, DRAIN_TIME_LIMIT)
+    succeeded = await _tether_rows(url, f"SELECT count(*) {ours} AND state = 'succeeded'")
+    total = await _tether_rows(url, f"SELECT count(*) {ours}")
+    if got.ran != n or succeeded != n or total != n:
+        raise BenchError(
+            f"tether drain: {got.ran} handlers ran, {succeeded} of {total} jobs succeeded; "
+            f"expected {n} of {n}"
+        )
+    return got.rate, enqueue_rate
 
 
 #: A drain's runner: jobs in, (jobs/s, enqueue jobs/s or None for peers) out.
@@ -403,30 +371,39 @@ class Drainer:
 
 
 @dataclass(frozen=True)
+class PgqSetting:
+    """PgQueuer's drain setting: ``batch_size`` and how many ``QueueManager`` processes."""
+
+    batch: int
+    consumers: int = 1
+
+    def __str__(self) -> str:
+        many = "es" if self.consumers > 1 else ""
+        return f"batch_size={self.batch}, {self.consumers} consumer process{many}"
+
+
+@dataclass(frozen=True)
 class Tuned:
     """Each system's tuned setting: a preset, or the best of a ``--sweep``."""
 
     tether_pg: WorkerConfig
-    pgq_batch: int
+    pgq: PgqSetting
     tether_sqlite: WorkerConfig
     huey_workers: int
     swept: bool
 
 
-PRESET_TUNED = Tuned(DRAIN_CONFIG, 50, DRAIN_CONFIG, peers.HUEY_WORKERS, swept=False)
-#: The ``--sweep`` grids: tether's concurrency x claim_batch, PgQueuer's batch_size,
-#: huey's worker threads.
+PRESET_TUNED = Tuned(DRAIN_CONFIG, PgqSetting(50), DRAIN_CONFIG, peers.HUEY_WORKERS, swept=False)
+PGQ_DEFAULTS = PgqSetting(peers.PGQ_BATCH_SIZE)
+#: The ``--sweep`` grids: tether's concurrency x claim_batch, PgQueuer's batch_size x
+#: consumer processes, huey's worker threads.
 SWEEP_TETHER = tuple(
     WorkerConfig(concurrency=c, claim_batch=b) for c in (50, 100, 200) for b in (25, 50, 100)
 )
-SWEEP_PGQ = (10, 50, 100)
+SWEEP_PGQ = tuple(PgqSetting(b, k) for b in (10, 50, 100) for k in (1, 4))
 SWEEP_HUEY = (2, 4, 8)
 #: SQLite's ``synchronous`` levels both SQLite systems run at, pairwise.
 SYNC_LEVELS = ("normal", "full")
-#: The retention of the million-row drain: nothing is pruned.
-NO_PRUNING = AppConfig(
-    retention=RetentionConfig(succeeded=None, failed=None, cancelled=None, audit=None, workers=None)
-)
 
 
 def _cfg(config: WorkerConfig) -> str:
@@ -437,8 +414,8 @@ def _cfg(config: WorkerConfig) -> str:
 
 def _tether_pg(admin_dsn: str, config: WorkerConfig) -> Runner:
     def run(n: int) -> tuple[float, float | None]:
-        with peers.fresh_database(admin_dsn, "bench_tether") as url:
-            return asyncio.run(tether_drain(url, n, config))
+        with tether_database(admin_dsn, "tether-pg", "bench_tether") as (url, tmp):
+            return asyncio.run(tether_drain(url, n, config, tmp))
 
     return run
 
@@ -447,25 +424,66 @@ def _tether_sqlite(config: WorkerConfig, synchronous: str) -> Runner:
     def run(n: int) -> tuple[float, float | None]:
         with tempfile.TemporaryDirectory(prefix="bench_tether_") as tmp:
             url = f"sqlite:///{tmp}/tether.db?synchronous={synchronous}"
-            return asyncio.run(tether_drain(url, n, config))
+            return asyncio.run(tether_drain(url, n, config, Path(tmp)))
 
     return run
 
 
-def _pgqueuer(admin_dsn: str, batch_size: int) -> Runner:
+def _peer_drain(
+    commands: list[list[str]],
+    n: int,
+    counter: contextlib.AbstractAsyncContextManager[drain.Count],
+    workdir: Path,
+    time_limit: float = DRAIN_TIME_LIMIT,
+) -> drain.Drained:
+    async def run() -> drain.Drained:
+        async with counter as count:
+            return await drain.drain(commands, n, count, workdir, time_limit)
+
+    return asyncio.run(run())
+
+
+def pgqueuer_drain(dsn: str, n: int, setting: PgqSetting, workdir: Path) -> float:
+    """Enqueue ``n`` PgQueuer jobs into ``dsn`` (a fresh database), drain them with
+    ``setting.consumers`` QueueManager processes, check the end state; jobs/s."""
+    asyncio.run(peers.enqueue_pgqueuer(dsn, n))
+    command = ["pgqueuer", dsn, "--batch-size", str(setting.batch)]
+    got = _peer_drain(
+        [command] * setting.consumers, n, drain.pg_count(dsn, peers.PGQ_FINISHED), workdir
+    )
+    asyncio.run(peers.check_pgqueuer(dsn, n, got.ran))
+    return got.rate
+
+
+def _pgqueuer(admin_dsn: str, setting: PgqSetting) -> Runner:
     def run(n: int) -> tuple[float, float | None]:
-        with peers.fresh_database(admin_dsn, "bench_pgq") as dsn:
-            return asyncio.run(peers.drain_pgqueuer(dsn, n, batch_size=batch_size)), None
+        with (
+            peers.fresh_database(admin_dsn, "bench_pgq") as dsn,
+            tempfile.TemporaryDirectory(prefix="bench_pgq_") as tmp,
+        ):
+            return pgqueuer_drain(dsn, n, setting, Path(tmp)), None
 
     return run
 
 
 def _procrastinate(admin_dsn: str) -> Runner:
     def run(n: int) -> tuple[float, float | None]:
-        with peers.fresh_database(admin_dsn, "bench_proc") as dsn:
+        with (
+            peers.fresh_database(admin_dsn, "bench_proc") as dsn,
+            tempfile.TemporaryDirectory(prefix="bench_proc_") as tmp,
+        ):
+            asyncio.run(peers.enqueue_procrastinate(dsn, n))
+            command = ["procrastinate", dsn, "--concurrency", str(peers.PROCRASTINATE_CONCURRENCY)]
             # An order of magnitude slower than the others: give it ten times as long.
-            rate = asyncio.run(peers.drain_procrastinate(dsn, n, time_limit=10 * DRAIN_TIME_LIMIT))
-            return rate, None
+            got = _peer_drain(
+                [command],
+                n,
+                drain.pg_count(dsn, peers.PROCRASTINATE_FINISHED),
+                Path(tmp),
+                10 * DRAIN_TIME_LIMIT,
+            )
+            asyncio.run(peers.check_procrastinate(dsn, n, got.ran))
+            return got.rate, None
 
     return run
 
@@ -474,12 +492,18 @@ def _huey(workers: int, synchronous: str) -> Runner:
     def run(n: int) -> tuple[float, float | None]:
         with tempfile.TemporaryDirectory(prefix="bench_huey_") as tmp:
             path = os.path.join(tmp, "huey.db")
-            return peers.drain_huey(path, n, workers=workers, synchronous=synchronous), None
+            peers.enqueue_huey(path, n, synchronous)
+            command = ["huey", path, "--workers", str(workers), "--synchronous", synchronous]
+            got = _peer_drain(
+                [command], n, drain.sqlite_count(path, peers.HUEY_QUEUED, of=n), Path(tmp)
+            )
+            peers.check_huey(path, n, got.ran, synchronous)
+            return got.rate, None
 
     return run
 
 
-def _drainers(admin_dsn: str | None, tuned: Tuned) -> list[Drainer]:
+def _drainers(admin_dsn: str | None, tuned: Tuned, procrastinate: bool = True) -> list[Drainer]:
     how = "chosen by --sweep" if tuned.swept else "preset; --sweep chooses"
     out: list[Drainer] = []
     if admin_dsn is not None:
@@ -487,41 +511,45 @@ def _drainers(admin_dsn: str | None, tuned: Tuned) -> list[Drainer]:
             Drainer(
                 "tether-pg defaults",
                 _tether_pg(admin_dsn, DEFAULT_CONFIG),
-                f"WorkerConfig() ({_cfg(DEFAULT_CONFIG)})",
+                f"WorkerConfig() ({_cfg(DEFAULT_CONFIG)}), 1 worker process",
             ),
             Drainer(
                 "pgqueuer defaults",
-                _pgqueuer(admin_dsn, peers.PGQ_BATCH_SIZE),
+                _pgqueuer(admin_dsn, PGQ_DEFAULTS),
                 f"QueueManager.run() defaults (batch_size={peers.PGQ_BATCH_SIZE}, "
-                f"max_concurrent_tasks=None), {peers.PGQ_DRIVER}",
+                f"max_concurrent_tasks=None), 1 consumer process, {peers.PGQ_DRIVER}",
             ),
             Drainer(
                 "tether-pg tuned",
                 _tether_pg(admin_dsn, tuned.tether_pg),
-                f"{_cfg(tuned.tether_pg)} ({how})",
+                f"{_cfg(tuned.tether_pg)}, 1 worker process ({how})",
             ),
             Drainer(
                 "pgqueuer tuned",
-                _pgqueuer(admin_dsn, tuned.pgq_batch),
-                f"batch_size={tuned.pgq_batch}, {peers.PGQ_DRIVER} ({how})",
-            ),
-            Drainer(
-                "procrastinate",
-                _procrastinate(admin_dsn),
-                f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, wait=False",
+                _pgqueuer(admin_dsn, tuned.pgq),
+                f"{tuned.pgq}, {peers.PGQ_DRIVER} ({how})",
             ),
         ]
+        if procrastinate:
+            out.append(
+                Drainer(
+                    "procrastinate",
+                    _procrastinate(admin_dsn),
+                    f"concurrency={peers.PROCRASTINATE_CONCURRENCY}, 1 worker process",
+                )
+            )
     for sync in SYNC_LEVELS:
         out += [
             Drainer(
                 f"tether-sqlite {sync}",
                 _tether_sqlite(tuned.tether_sqlite, sync),
-                f"{_cfg(tuned.tether_sqlite)}, synchronous={sync} ({how})",
+                f"{_cfg(tuned.tether_sqlite)}, synchronous={sync}, 1 worker process ({how})",
             ),
             Drainer(
                 f"huey {sync}",
                 _huey(tuned.huey_workers, sync),
-                f"SqliteHuey, {tuned.huey_workers} threads, synchronous={sync} ({how})",
+                f"SqliteHuey, {tuned.huey_workers} threads, synchronous={sync}, "
+                f"1 consumer process ({how})",
             ),
         ]
     return out
@@ -565,7 +593,7 @@ def sweep(plan: Plan, admin_dsn: str | None, results: Results) -> Tuned:
     tether on SQLite and huey are swept at ``synchronous=normal``; the setting found is
     used at both levels.
     """
-    pg, pgq = PRESET_TUNED.tether_pg, PRESET_TUNED.pgq_batch
+    pg, pgq = PRESET_TUNED.tether_pg, PRESET_TUNED.pgq
     if admin_dsn is not None:
         pg = (
             _best(
@@ -583,7 +611,7 @@ def sweep(plan: Plan, admin_dsn: str | None, results: Results) -> Tuned:
                 admin_dsn,
                 plan,
                 "pgqueuer",
-                [(f"batch_size={b}", b, _pgqueuer(admin_dsn, b)) for b in SWEEP_PGQ],
+                [(str(p), p, _pgqueuer(admin_dsn, p)) for p in SWEEP_PGQ],
             )
             or pgq
         )
@@ -611,11 +639,11 @@ def sweep(plan: Plan, admin_dsn: str | None, results: Results) -> Tuned:
 
 
 def measure_drains(
-    plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned
+    plan: Plan, admin_dsn: str | None, results: Results, tuned: Tuned, procrastinate: bool = True
 ) -> list[Drainer]:
     """An untimed warm-up drain of every system, then ``plan.repeat`` timed rounds that
     each run every system once, in an order that rotates by one each round."""
-    drainers = _drainers(admin_dsn, tuned)
+    drainers = _drainers(admin_dsn, tuned, procrastinate)
     for d in drainers:
         got = attempt(results, f"{d.label} warm-up", admin_dsn, partial(d.run, plan.warmup_jobs))
         if got is not None:
@@ -625,16 +653,18 @@ def measure_drains(
         for d in drainers[shift:] + drainers[:shift]:
             if d.label in results.errors:
                 continue
+            load = os.getloadavg()[0]
             got = attempt(results, d.label, admin_dsn, partial(d.run, plan.jobs))
             if got is None:
                 continue
             rate, enq = got
             results.drains.setdefault(d.label, []).append(rate)
+            results.drain_load.setdefault(d.label, []).append(load)
             if enq is not None:
                 results.enqueue.setdefault(d.label, []).append(enq)
             print(
                 f"  drain round {rnd + 1}/{plan.repeat}  {d.label:<22} {rate:9.0f} jobs/s"
-                f"  (n={plan.jobs})",
+                f"  (n={plan.jobs}, load {load:.2f})",
                 flush=True,
             )
     return drainers
@@ -709,8 +739,9 @@ def _million_store(
     ``plan.jobs`` there and in a fresh empty database (alternating which goes first)."""
     out = MillionRun(plan.million_rows)
 
-    def drain(url: str, n: int) -> float:
-        return asyncio.run(tether_drain(url, n, config, app_config=NO_PRUNING))[0]
+    def drain_once(url: str, n: int) -> float:
+        with tempfile.TemporaryDirectory(prefix="bench_million_") as tmp:
+            return asyncio.run(tether_drain(url, n, config, Path(tmp), keep_finished=True))[0]
 
     with tether_database(admin_dsn, store, "bench_million") as (big, _):
         asyncio.run(_migrate(big))
@@ -718,19 +749,19 @@ def _million_store(
         print(
             f"  {store}: loaded {plan.million_rows} finished jobs in {out.load_s:.1f} s", flush=True
         )
-        drain(big, plan.warmup_jobs)  # warm-up, untimed
+        drain_once(big, plan.warmup_jobs)  # warm-up, untimed
         out.latency_loaded = asyncio.run(claim_latency(big, plan.latency_samples))
         for rnd in range(plan.repeat):
             with tether_database(admin_dsn, store, "bench_empty") as (empty, _):
                 if rnd == 0:
-                    drain(empty, plan.warmup_jobs)
+                    drain_once(empty, plan.warmup_jobs)
                     out.latency_empty = asyncio.run(claim_latency(empty, plan.latency_samples))
                 if rnd % 2:
-                    out.loaded.append(drain(big, plan.jobs))
-                    out.empty.append(drain(empty, plan.jobs))
+                    out.loaded.append(drain_once(big, plan.jobs))
+                    out.empty.append(drain_once(empty, plan.jobs))
                 else:
-                    out.empty.append(drain(empty, plan.jobs))
-                    out.loaded.append(drain(big, plan.jobs))
+                    out.empty.append(drain_once(empty, plan.jobs))
+                    out.loaded.append(drain_once(big, plan.jobs))
             print(
                 f"  {store} round {rnd + 1}/{plan.repeat}: empty {out.empty[-1]:.0f} jobs/s, "
                 f"{plan.million_rows} finished {out.loaded[-1]:.0f} jobs/s",
@@ -1362,7 +1393,7 @@ def measure_workflows(plan: Plan, admin_dsn: str | None, results: Results) -> No
 # -- report ----------------------------------------------------------------------------
 
 
-def machine_info(admin_dsn: str | None) -> dict[str, str]:
+def machine_info(admin_dsn: str | None) -> dict[str, Any]:
     """Where and with what this run happened."""
 
     def version(dist: str) -> str:
@@ -1460,33 +1491,59 @@ def _drain_tables(
         else:
             median, runs = "ERROR", results.errors.get(d.label, "not run")
         took = f"{plan.jobs / statistics.median(rates):.1f} s" if rates else "-"
-        rows.append((d.label, median, runs, str(plan.jobs), took, enq_s, d.setting))
-    labels = {d.label for d in drainers}
+        load = ", ".join(f"{x:.1f}" for x in results.drain_load.get(d.label, [])) or "-"
+        rows.append((d.label, median, runs, load, str(plan.jobs), took, enq_s, d.setting))
+    settings = {d.label: d.setting for d in drainers}
     ratio_rows: list[Row] = []
     for a, b, target in RATIOS:
-        if a not in labels or b not in labels:
+        if a not in settings or b not in settings:
             continue
         value, per_round = _ratio(a, b, results)
         shown = f"{value:.2f}x" if value is not None else "ERROR"
         rounds = ", ".join(f"{r:.2f}" for r in per_round) or "-"
+        medians = tuple(
+            f"{statistics.median(results.drains[x]):.0f}" if results.drains.get(x) else "-"
+            for x in (a, b)
+        )
+        both = (settings[a], settings[b])
         if target is None:
-            ratio_rows.append((f"{a} / {b}", shown, rounds, "-", "-"))
+            ratio_rows.append((f"{a} / {b}", *medians, shown, rounds, "-", "-", *both))
             if b == "procrastinate":
                 summary.append((f"drain {a} / {b}", shown, "-", "n/a"))
             continue
         ok = value is not None and value >= target
-        ratio_rows.append((f"{a} / {b}", shown, rounds, f">= {target:g}x", _status(ok)))
-        summary.append((f"drain {a} / {b}", shown, f">= {target:g}x", _status(ok)))
+        status = _status(ok)
+        ratio_rows.append((f"{a} / {b}", *medians, shown, rounds, f">= {target:g}x", status, *both))
+        summary.append((f"drain {a} / {b}", shown, f">= {target:g}x", status))
     return [
         Table(
             f"Drain rate (jobs/s, median of {plan.repeat} rounds after a warm-up; "
-            f"{plan.jobs} jobs for every system)",
-            ("system", "median", "runs", "jobs", "one drain", "enqueue jobs/s", "settings"),
+            f"{plan.jobs} jobs for every system; every consumer in a process of its own)",
+            (
+                "system",
+                "median",
+                "runs",
+                "load (1 min) at each run",
+                "jobs",
+                "one drain",
+                "enqueue jobs/s",
+                "settings",
+            ),
             rows,
         ),
         Table(
             "Drain ratios at equal settings (ratio of medians; per-round ratios alongside)",
-            ("ratio", "value", "per round", "target", "status"),
+            (
+                "ratio",
+                "tether jobs/s",
+                "peer jobs/s",
+                "value",
+                "per round",
+                "target",
+                "status",
+                "tether's settings",
+                "peer's settings",
+            ),
             ratio_rows,
         ),
     ]
@@ -1497,7 +1554,7 @@ def _sweep_table(results: Results, plan: Plan, tuned: Tuned | None) -> list[Tabl
         return []
     chosen = {
         "tether-pg": _cfg(tuned.tether_pg),
-        "pgqueuer": f"batch_size={tuned.pgq_batch}",
+        "pgqueuer": str(tuned.pgq),
         "tether-sqlite": _cfg(tuned.tether_sqlite),
         "huey": f"{tuned.huey_workers} threads",
     }
@@ -1921,7 +1978,7 @@ def _md_cell(text: str) -> str:
 
 def render_markdown(
     tables: list[Table],
-    info: dict[str, str],
+    info: dict[str, Any],
     plan: Plan,
     argv: list[str],
     elapsed: float,
@@ -1941,6 +1998,8 @@ def render_markdown(
     ]
     for key in ("date", "nproc", "cpu", "os", "python", "postgres", "sqlite", "tether", "peers"):
         lines.append(f"| {key} | {_md_cell(info[key])} |")
+    for key, value in info.get("fsync", {}).items():
+        lines.append(f"| {_md_cell(key)} | {_md_cell(value)} |")
     lines.append(f"| load average (start -> end) | {info['load']} -> {info['load_end']} |")
     lines.append(
         f"| command | `{_md_cell(' '.join(['bench/run.py', *argv]))}` ({elapsed / 60:.1f} min) |"
@@ -1973,33 +2032,43 @@ def render_markdown(
 
 METHOD = f"""
 - **Drain**: every system drains the same `n` no-op jobs (the plan line above), enqueued
-  first and untimed (tether: `app.enqueue_many` in chunks of {ENQUEUE_CHUNK}, one transaction
-  each; the "enqueue jobs/s" column). Before the timed rounds each system runs one untimed
-  warm-up drain of fewer jobs. One in-process consumer then drains. tether: a `Worker`,
-  timed from just before `worker.start()` until the store has accepted the `n`-th outcome
-  (the App's store instance has `finish` wrapped to count the outcomes each call
-  accepted: no polling, whose cost would grow with the table); afterwards, untimed,
-  `app.jobs.stats()` must show exactly `n` more `succeeded` jobs. PostgreSQL databases are fresh
-  (`peers.fresh_database`); SQLite files are fresh in a temp dir. Peers as in
-  `bench/peers.py`: PgQueuer 1.6 one `QueueManager` on asyncpg, timed until `run()` returns
-  after the final status flush; Procrastinate one worker with
-  `concurrency={peers.PROCRASTINATE_CONCURRENCY}`, `wait=False` (it is an order of magnitude
-  slower, so its drains take the longest: the "one drain" column gives each system's
-  time, for Procrastinate 80-160 s at 20,000 jobs on this machine, depending on load);
-  Huey `SqliteHuey` with its own consumer (threads). Every round runs every system once,
-  the order rotating by one each round. Ratios are ratios of medians; the per-round ratios
-  pair runs that were close in time.
+  first and untimed by the harness (tether: `app.enqueue_many` in chunks of {ENQUEUE_CHUNK},
+  one transaction each, the "enqueue jobs/s" column; PgQueuer and Procrastinate in bulk;
+  Huey one task at a time). Before the timed rounds each system runs one untimed warm-up
+  drain of fewer jobs. Every consumer then runs **in a process of its own**, as a user
+  deploys it (`bench/consumers.py`: tether's `Worker.run(handle_signals=True)`, what
+  `tether worker` runs; one PgQueuer `QueueManager` per process on its own asyncpg
+  connection; one Procrastinate worker; huey's own `Consumer.run()` with thread
+  workers), logging at WARNING. Each process imports, connects and says it is ready;
+  the clock starts when the harness releases them all and stops when the system's
+  **database** shows all `n` finished, read by the harness on its own connection
+  (`bench/drain.py`): tether, `n` of the jobs enqueued `succeeded`; PgQueuer, `n`
+  `successful` rows in `pgqueuer_log`; Procrastinate, `n` `succeeded`; Huey, whose
+  no-op returns `None` and so stores no result, no task left in its queue table (a
+  worker deletes a task as it takes it). The count is polled at a pace set by the
+  drain's progress (half the expected rest, {drain.POLL_MIN * 1000:g} ms to
+  {drain.POLL_MAX:g} s), some twenty queries a drain. The consumers are then stopped
+  (SIGINT, each library's graceful stop) and say how often their handler ran: that
+  must be `n`, and the database must show exactly `n` jobs finished and none left.
+  PostgreSQL databases are fresh (`peers.fresh_database`); SQLite files are fresh in a
+  temp dir. Procrastinate is an order of magnitude slower, so its drains take the
+  longest (the "one drain" column). Every round runs every system once, the order
+  rotating by one each round; the load column is the 1-minute load average as each run
+  started. Ratios are ratios of medians; the per-round ratios pair runs that were close
+  in time. The header's fsync rows (`bench/fsync.py`) say what a durable write costs
+  on this machine, measured as the run starts.
 - **Pairings**: only equal settings are compared against a target. *Defaults*: tether's
   `WorkerConfig()` (concurrency={DEFAULT_CONFIG.slots(["async"])} for async tasks,
-  claim_batch={DEFAULT_CONFIG.claim_batch}) against PgQueuer's `QueueManager.run()` defaults
-  (`batch_size={peers.PGQ_BATCH_SIZE}`, no `max_concurrent_tasks` cap). *Tuned*: each
-  system's best setting from `--sweep` (tether concurrency {{50, 100, 200}} x claim_batch
-  {{25, 50, 100}}; PgQueuer batch_size {{{", ".join(map(str, SWEEP_PGQ))}}}; Huey
-  {{{", ".join(map(str, SWEEP_HUEY))}}} threads): the highest median of rounds that drain
-  fewer jobs with every candidate, the order rotating (the sweep table); without
-  `--sweep` a preset (tether {_cfg(PRESET_TUNED.tether_pg)}, PgQueuer
-  batch_size={PRESET_TUNED.pgq_batch}, Huey {PRESET_TUNED.huey_workers} threads), as the
-  settings column says. *SQLite*: tether (`sqlite:///...?synchronous=LEVEL`) and Huey
+  claim_batch={DEFAULT_CONFIG.claim_batch}) in one worker process against PgQueuer's
+  `QueueManager.run()` defaults (`batch_size={peers.PGQ_BATCH_SIZE}`, no
+  `max_concurrent_tasks` cap) in one process. *Tuned*: each system's best setting from
+  `--sweep` (tether concurrency {{50, 100, 200}} x claim_batch {{25, 50, 100}}, one worker
+  process; PgQueuer batch_size {{10, 50, 100}} x {{1, 4}} `QueueManager` processes, each
+  on its own connection; Huey {{{", ".join(map(str, SWEEP_HUEY))}}} threads): the highest
+  median of rounds that drain fewer jobs with every candidate, the order rotating (the
+  sweep table); without `--sweep` a preset (tether {_cfg(PRESET_TUNED.tether_pg)},
+  PgQueuer {PRESET_TUNED.pgq}, Huey {PRESET_TUNED.huey_workers} threads), as the settings
+  column says. *SQLite*: tether (`sqlite:///...?synchronous=LEVEL`) and Huey
   (`PRAGMA synchronous=LEVEL` on each of its connections, see `bench/peers.py`) run at the
   same level, both `normal` and both `full`, both in WAL mode.
 - **Million finished rows** (tether, each store): one database is loaded with
@@ -2008,7 +2077,8 @@ METHOD = f"""
   the insert triggers are off for that one transaction), then `ANALYZE`. Pruning is off
   (every retention `None`). After an untimed warm-up drain, each round drains `n` jobs in
   it and in a fresh empty database (the order alternating), with the tuned tether
-  setting; the loaded database keeps the jobs of earlier rounds (`n` per round, small
+  setting, a worker process timed as in the drain (the count: jobs above the loaded
+  ids, `succeeded`); the loaded database keeps the jobs of earlier rounds (`n` per round, small
   beside the million). *Claim latency*: an idle in-process worker (`WorkerConfig()`);
   one job at a time, {LATENCY_GAP * 1000:.0f} ms apart, from just before `app.enqueue()` until
   its handler's first `perf_counter()` reading.
@@ -2144,6 +2214,12 @@ def main(argv: list[str] | None = None) -> int:
         "the tuned rows (default: a preset)",
     )
     parser.add_argument(
+        "--no-procrastinate",
+        action="store_true",
+        help="leave Procrastinate out of the drains (an order of magnitude slower, its "
+        "drains take the longest)",
+    )
+    parser.add_argument(
         "--million-rows",
         type=int,
         help="finished jobs in the table for the million-row drain (default 1000000; quick 100000)",
@@ -2187,16 +2263,26 @@ def main(argv: list[str] | None = None) -> int:
         f"PostgreSQL {info['postgres']}, load {info['load']}",
         flush=True,
     )
+    durability = fsync.measure(admin_dsn)
+    info["fsync"] = durability.lines()
+    for key, value in durability.lines().items():
+        print(f"  {key}: {value}", flush=True)
     started = time.perf_counter()
     results = Results()
+    results.notes += durability.notes
     drainers: list[Drainer] = []
     tuned = PRESET_TUNED
     if args.sweep and sections & {"drain", "million", "scaling"}:
         print(f"\nSweep: {plan.sweep_jobs} jobs per candidate", flush=True)
         tuned = sweep(plan, admin_dsn, results)
+        print(
+            f"  chosen: tether-pg {_cfg(tuned.tether_pg)}; pgqueuer {tuned.pgq}; "
+            f"tether-sqlite {_cfg(tuned.tether_sqlite)}; huey {tuned.huey_workers} threads",
+            flush=True,
+        )
     if "drain" in sections:
         print(f"\nDrain: {plan.jobs} no-op jobs, {plan.repeat} interleaved rounds", flush=True)
-        drainers = measure_drains(plan, admin_dsn, results, tuned)
+        drainers = measure_drains(plan, admin_dsn, results, tuned, not args.no_procrastinate)
     if "million" in sections:
         print(f"\nDrain beside {plan.million_rows} finished jobs, {plan.repeat} rounds", flush=True)
         measure_million(plan, admin_dsn, results, tuned)
@@ -2228,6 +2314,15 @@ def main(argv: list[str] | None = None) -> int:
         measure_workflows(plan, admin_dsn, results)
     elapsed = time.perf_counter() - started
     info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    # Measured again at the end: on a shared machine it moves with everyone's writes.
+    print("\nDurable writes again, at the end:", flush=True)
+    after = fsync.measure(admin_dsn)
+    results.notes += after.notes
+    info["fsync"] = {
+        key: f"start: {value}; end: {after.lines()[key]}" if key in after.lines() else value
+        for key, value in info["fsync"].items()
+    }
+    info["fsync"]["bench temp dir"] = after.where
 
     tables = build_tables(results, drainers, plan, tuned)
     print(render_console(tables))
