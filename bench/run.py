@@ -1972,6 +1972,25 @@ def render_console(tables: list[Table]) -> str:
     return "\n".join(out)
 
 
+#: Sections of the report that other scripts write (``bench/connections.py``): a new
+#: report keeps them as they were.
+KEPT_SECTIONS = ("## Connections",)
+
+
+def kept_sections(path: Path) -> str:
+    """The sections of ``path`` named in :data:`KEPT_SECTIONS`, to append to a new report."""
+    if not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    kept = []
+    for heading in KEPT_SECTIONS:
+        start = text.find(f"\n{heading}\n")
+        if start >= 0:
+            end = text.find("\n## ", start + len(heading) + 1)
+            kept.append(text[start : end if end >= 0 else len(text)].rstrip("\n") + "\n")
+    return "".join(kept)
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -2328,9 +2347,8 @@ def main(argv: list[str] | None = None) -> int:
     print(render_console(tables))
     print(f"\n{elapsed / 60:.1f} min; load average {info['load']} -> {info['load_end']}")
     if output is not None:
-        output.write_text(
-            render_markdown(tables, info, plan, argv, elapsed, results.notes), encoding="utf-8"
-        )
+        report = render_markdown(tables, info, plan, argv, elapsed, results.notes)
+        output.write_text(report + kept_sections(output), encoding="utf-8")
         print(f"wrote {output}")
     if results.errors:
         print(f"\n{len(results.errors)} measurement(s) failed:", file=sys.stderr)

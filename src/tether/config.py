@@ -21,13 +21,15 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ARTIFACT_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 3
 # Server connections per process: the pool's, plus one LISTEN connection while
-# something listens. The pool keeps one connection and grows to its size only while
-# calls overlap: a busy worker's two claims in flight, or a claim beside a completion
-# (a drain at the defaults ran 30% faster with 2 than with 1); a connection unused for
-# POOL_MAX_IDLE seconds closes again. So an idle worker holds two connections and a
-# busy one three. ``tether serve`` answers concurrent requests and takes SERVE_POOL_SIZE.
+# something listens. The pool keeps one connection and grows to its size while calls
+# overlap: a busy worker's two claims in flight, a claim beside a completion (a drain at
+# the defaults ran 30% faster with 2 than with 1). A connection unused for POOL_MAX_IDLE
+# seconds closes again, but an idle worker's loops (claim poll, heartbeat, maintenance
+# rounds) also overlap now and then, so it may keep the second: an idle worker holds two
+# or three connections and a busy one three. ``tether serve`` answers concurrent
+# requests and takes SERVE_POOL_SIZE.
 DEFAULT_POOL_SIZE = 2
-POOL_MAX_IDLE = 60.0
+POOL_MAX_IDLE = 10.0
 SERVE_POOL_SIZE = 4
 #: A worker's default slots when every task is async, and when some run in threads or
 #: processes (see ``WorkerConfig.slots``).
@@ -126,7 +128,9 @@ class StoreConfig:
     ``postgresql://host/db?pool_size=20&statement_timeout=60``.
 
     ``pool_size`` ``None`` means the process's default: ``DEFAULT_POOL_SIZE`` (2) for
-    workers and producers, ``SERVE_POOL_SIZE`` (4) for ``tether serve``.
+    workers and producers, ``SERVE_POOL_SIZE`` (4) for ``tether serve``. A process's
+    sessions are named ``tether <host>:<pid>`` on the server (``application_name``),
+    unless the URL's ``application_name`` (or ``PGAPPNAME``) names them.
 
     Behind a pooler in transaction mode (PgBouncer), set ``pgbouncer`` (URL:
     ``?pgbouncer=true``): connections then never prepare statements on the server, which

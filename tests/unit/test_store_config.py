@@ -4,14 +4,21 @@ throttle that keeps the pool's warnings to one line per interval."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 from typer.testing import CliRunner
 
 from tether import App, AppConfig, ConfigError, StoreConfig
 from tether.cli import cli, set_pool_size
-from tether.store import create_store
-from tether.store.postgres import POOL_LOG_THROTTLE, LogThrottle, PostgresStore, split_url
+from tether.store import create_store, postgres
+from tether.store.postgres import (
+    POOL_LOG_THROTTLE,
+    LogThrottle,
+    PostgresStore,
+    session_name,
+    split_url,
+)
 
 
 def test_url_parameters_win_over_the_config_and_never_reach_the_driver() -> None:
@@ -106,11 +113,22 @@ def test_a_bad_pgbouncer_value_is_a_clear_error() -> None:
 def test_a_worker_keeps_one_connection_grows_to_two_and_serve_takes_four_unless_told() -> None:
     store = create_store("postgresql://h/db")
     assert isinstance(store, PostgresStore)
-    # One kept; a second only while calls overlap, closed again after a minute unused.
-    assert (store._pool.min_size, store._pool.max_size, store._pool.max_idle) == (1, 2, 60.0)
+    # One kept; a second only while calls overlap, closed again after 10 s unused.
+    assert (store._pool.min_size, store._pool.max_size, store._pool.max_idle) == (1, 2, 10.0)
     app = App("postgresql://h/db")
     set_pool_size(app, None, default=4)  # what `tether serve` does
     assert app.config.store.pool_size == 4
     told = App("postgresql://h/db", config=AppConfig(store=StoreConfig(pool_size=3)))
     set_pool_size(told, None, default=4)
     assert told.config.store.pool_size == 3
+
+
+def test_sessions_are_named_after_the_host_and_pid_with_the_pid_kept_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postgres, "hostname", lambda: "box")
+    assert session_name() == f"tether box:{os.getpid()}"
+    monkeypatch.setattr(postgres, "hostname", lambda: "h" * 100)
+    long = session_name()
+    assert len(long.encode()) == postgres.APPLICATION_NAME_BYTES
+    assert long.endswith(f"h:{os.getpid()}")

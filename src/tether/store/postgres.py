@@ -29,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 from tether.config import DEFAULT_POOL_SIZE, POOL_MAX_IDLE, StoreConfig
 from tether.errors import ConfigError, InvalidJobError, RowLocked, StoreError
 from tether.hints import Hints
+from tether.procinfo import hostname
 from tether.store.api_rows import ApiRowReader
 from tether.store.common import SqlStore
 from tether.store.driver import LOCK_WAIT, Body, T
@@ -80,6 +81,9 @@ LOG_EVERY = 30.0  # seconds between two log lines about the same outage
 # loaded client needs between two statements, far less than a lease.
 IDLE_IN_TRANSACTION_MS = 5000
 
+# The server keeps this many bytes of a session's application_name.
+APPLICATION_NAME_BYTES = 63
+
 URL_SETTINGS = ("pool_size", "statement_timeout", "answer_timeout", "pgbouncer", "listen_url")
 TRUE_WORDS = ("1", "true", "yes", "on")
 
@@ -113,6 +117,17 @@ def split_url(url: str, config: StoreConfig) -> tuple[str, StoreConfig]:
     except ValueError as exc:
         raise ConfigError(f"malformed PostgreSQL URL parameter: {exc}") from None
     return urlunsplit(parts._replace(query=rest)), dataclasses.replace(config, **values)
+
+
+def session_name() -> str:
+    """The ``application_name`` of this process's sessions, unless the URL (or
+    ``PGAPPNAME``) names them: ``tether <host>:<pid>``, which starts the id of every
+    worker the process runs, so that ``pg_stat_activity`` tells whose each session is.
+    A long host name is cut to fit, never the pid."""
+    pid = f":{os.getpid()}"
+    room = APPLICATION_NAME_BYTES - len("tether ") - len(pid)
+    host = hostname().encode()[:room].decode(errors="ignore")
+    return f"tether {host}{pid}"
 
 
 def _needs_discard(exc: psycopg.Error) -> bool:
@@ -233,6 +248,7 @@ class PostgresStore(SqlStore):
         timeout_ms = max(1, round(cfg.statement_timeout * 1000))
         self._listen_kwargs: dict[str, Any] = {
             **TCP_KWARGS,
+            "fallback_application_name": session_name(),
             "connect_timeout": max(2, round(cfg.connect_timeout)),
             "options": f"{options} -c statement_timeout={timeout_ms}".strip(),
         }
@@ -250,7 +266,8 @@ class PostgresStore(SqlStore):
             min_size=1,
             max_size=cfg.pool_size or DEFAULT_POOL_SIZE,
             # Beyond the one it keeps, a connection closes after this long unused: an
-            # idle fleet goes back to one pooled connection per process.
+            # idle fleet goes back to one pooled connection per process, unless its
+            # loops' calls keep overlapping (see POOL_MAX_IDLE).
             max_idle=POOL_MAX_IDLE,
             open=False,
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
