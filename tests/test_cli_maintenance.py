@@ -126,7 +126,8 @@ def test_workers_names_the_maintenance_leader(sqlite_url: str) -> None:
         await store.lead(MAINTENANCE, "host:1:aa", 60)
 
     with_store(sqlite_url, register)
-    assert "maintenance leader: none (no worker has run yet" in tether("workers", "-d", sqlite_url).stdout
+    none = "maintenance leader: none (no worker has run yet"
+    assert none in tether("workers", "-d", sqlite_url).stdout
     with_store(sqlite_url, lead)
     res = tether("workers", "-d", sqlite_url)
     assert "★ leader" in res.stdout and "maintenance leader: host:1:aa" in res.stdout
