@@ -49,8 +49,6 @@ class Claimer(Service):
         self.room = room
         self.unthreaded = list(unthreaded)
         self.claimed = 0
-        #: Whether the last claim came back full: more jobs are likely waiting.
-        self.backlog = False
         self.ramp: Ramp | None = None
         self.started = asyncio.get_running_loop().time()
         #: Set while no round is in progress (a stopping worker waits for it).
@@ -105,12 +103,11 @@ class Claimer(Service):
                 limit = min(limit, allowed - self.claimed)
                 if limit <= 0:
                     return 0
-        # With room for more than one batch while jobs are waiting (the last claim came
-        # back full), two claims go out at once (on PostgreSQL, two connections; SKIP
-        # LOCKED keeps their jobs apart): a claim's round trip, not the database, is
-        # what a fast drain waits on. An idle worker's poll is one claim.
+        # With room for more than one batch, two claims go out at once (on PostgreSQL,
+        # two connections; SKIP LOCKED keeps their jobs apart): a claim's round trip,
+        # not the database, is what a fast drain waits on.
         batch = config.claim_batch
-        if free <= batch or self.ramp is not None or not self.backlog:
+        if free <= batch or self.ramp is not None:
             sizes = [limit]
         else:
             sizes = [batch, min(batch, free - batch)]
@@ -136,7 +133,6 @@ class Claimer(Service):
                 else:
                     w.launch(job, leased_at=sent)
         self.claimed += got
-        self.backlog = full
         if failure is not None:
             raise failure
         if full and w.free_slots() > 0 and self.ramp is None:
