@@ -1,8 +1,10 @@
 """An upgrade from the previous release: a database that release 0.1's migrations built
 and that holds rows of every table is migrated by this code, keeps every row, and works.
 
-The release is vendored in ``tests/fixtures/release_0_1`` (its migration files and rows
-written by hand against its schema), so the test needs no git history.
+Release 0.1's migrations are this code's own files, less those added since (a shipped
+migration is never edited), with SQLite's partial-cancellation index under the name 0.1
+gave it; its rows, written by hand against its schema, are in
+``tests/fixtures/release_0_1/data``. The test needs no git history.
 """
 
 from __future__ import annotations
@@ -24,6 +26,29 @@ from tether.store.common.schema import RENUMBERED
 from .support import Db, new_job
 
 RELEASE = Path(__file__).parents[1] / "fixtures" / "release_0_1"
+SHIPPED = Path(__file__).parents[2] / "src" / "tether" / "store" / "migrations"
+# The newest migration of release 0.1, and the comment-only files added since under older
+# numbers (each dialect's versions made equal).
+RELEASE_LAST = 26
+ADDED_SINCE = {
+    "sqlite": {
+        "0005_planned_triggers.sql",
+        "0022_paced_claim_by_priority.sql",
+        "0024_concurrent_releases.sql",
+    },
+    "postgres": {"0014_bulk_batches.sql"},
+}
+
+
+def release_0_1_migrations(dialect: str) -> list[tuple[str, Path]]:
+    """Release 0.1's migrations of ``dialect``: (the name it recorded, the file)."""
+    old_name = {new: old for old, new in RENUMBERED.get(dialect, ())}
+    return sorted(
+        (old_name.get(f.name, f.name), f)
+        for f in (SHIPPED / dialect).glob("*.sql")
+        if migration_version(f.name) <= RELEASE_LAST and f.name not in ADDED_SINCE[dialect]
+    )
+
 
 # Release 0.1's migrations table and how its runner recorded a migration.
 RELEASE_RUNNER = {
@@ -83,11 +108,11 @@ def run_script(url: str, script: str, record: tuple[int, str] | None = None) -> 
 def build_release_0_1(url: str) -> list[str]:
     """Migrate an empty database as release 0.1 did, then write its rows; return the
     names of the migrations it recorded."""
-    files = sorted((RELEASE / "migrations" / dialect_of(url)).glob("*.sql"))
-    for f in files:
-        run_script(url, f.read_text("utf-8"), (migration_version(f.name), f.name))
+    migrations = release_0_1_migrations(dialect_of(url))
+    for name, f in migrations:
+        run_script(url, f.read_text("utf-8"), (migration_version(name), name))
     run_script(url, (RELEASE / "data" / f"{dialect_of(url)}.sql").read_text("utf-8"))
-    return [f.name for f in files]
+    return [name for name, _ in migrations]
 
 
 def snapshot(db: Db) -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
