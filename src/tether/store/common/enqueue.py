@@ -118,7 +118,12 @@ class EnqueueSql(SqlBase):
             )
             for i in fresh
         ]
-        made = await tx.tuples(q.INSERT_JOBS, {"batch": batch, **q.job_rows(rows)})
+        insert = q.INSERT_JOBS
+        if q.INSERT_KEYLESS_JOBS is not None and all(
+            jobs[i].idempotency_key is None for i in fresh
+        ):
+            insert = q.INSERT_KEYLESS_JOBS
+        made = await tx.tuples(insert, {"batch": batch, **q.job_rows(rows)})
         # Each row: the key as stored (scoped by owner, as the entries have it), then
         # the job. A new job answers for its entry by key; those without a key are in
         # the entries' order, as ids follow the rows' order (drawn or not).

@@ -53,7 +53,7 @@ DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) F
 # (see NEW_IDS) arrive with them; the others take theirs here, in row order. The key's
 # unique index is partial (no NULL keys, migration 0027): the conflict target names its
 # predicate, or the insert would find no index to arbitrate on.
-INSERT_JOBS = f"""
+_INSERT_JOBS = f"""
 INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
                          run_at, owner, idempotency_key, actor, budget, limits, parent_id,
                          has_dependents, idempotency_expires_at)
@@ -66,9 +66,14 @@ FROM unnest(%(i)s::bigint[], %(t)s::text[], %(a)s::text[], %(q)s::text[], %(p)s:
             %(o)s::text[], %(ik)s::text[], %(b)s::bigint[], %(l)s::text[], %(par)s::bigint[],
             %(hd)s::boolean[], %(ra)s::timestamptz[], %(uf)s::float8[])
      AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING idempotency_key, {JOB_COLUMNS}
+{{conflict}}RETURNING idempotency_key, {JOB_COLUMNS}
 """
+INSERT_JOBS = _INSERT_JOBS.format(
+    conflict="ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING\n"
+)
+# A batch without idempotency keys cannot conflict: a plain insert spares each row the
+# speculative insertion's second WAL record (its confirmation).
+INSERT_KEYLESS_JOBS = _INSERT_JOBS.format(conflict="")
 _INSERT_COLUMNS = (
     *("i", "t", "a", "q", "p", "k", "st", "m", "tmo"),
     *("d", "o", "ik", "b", "l", "par", "hd", "ra", "uf"),

@@ -66,6 +66,8 @@ INSERT_JOBS = (
     f":batch, {NOW} + {_at(17)} FROM json_each(:rows) ORDER BY key "
     f"RETURNING idempotency_key, {JOB_COLUMNS}"
 )
+# SQLite's insert has no conflict clause to leave out (the key's lookup comes first).
+INSERT_KEYLESS_JOBS = None
 
 
 def job_rows(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
