@@ -5,18 +5,20 @@
 SQLite file:
 
 - per job of a drain of ``--jobs`` no-op jobs (enqueue, claim, finish): the WAL bytes
-  (``pg_current_wal_lsn()`` around enqueue and drain, after a checkpoint), the server
-  time of the top-level statements, and the share of HOT updates (PostgreSQL only);
+  (``pg_current_wal_lsn()`` around enqueue and drain, after a checkpoint) and their
+  split by relation and record type (``pg_walinspect``), the server time of the
+  top-level statements, and the share of HOT updates (PostgreSQL only);
 - at ``--rows`` finished jobs (``bigtable.load_finished``; one in a thousand then made
   ``failed``, plus ``--active`` queued jobs): the median of five runs of each listing the
-  dashboard, the API and the CLI send: the counts by state, the queue counts, the jobs
-  list by state and the overview's lists.
+  dashboard, the API and the CLI send: a job's history, the counts by state, the queue
+  counts, the jobs list by state and the overview's lists.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import sys
 import tempfile
@@ -37,15 +39,17 @@ from tests.pgcluster import make_cluster
 from tether import App
 
 RUNS = 5
+TOP_WAL = 12  # relation and record kinds shown
 
 
 async def _noop(ctx: Any) -> None:
     return None
 
 
-def _listings(app: App) -> dict[str, Callable[[], Awaitable[Any]]]:
+def _listings(app: App, some_job: int) -> dict[str, Callable[[], Awaitable[Any]]]:
     jobs = app.jobs
     return {
+        "a job's history (job show)": lambda: jobs.events(some_job),
         "count_by_state (stats)": jobs.stats,
         "queue counts": app.queues.list,
         "list state=queued limit 50": lambda: jobs.list(state="queued", limit=50),
@@ -59,14 +63,14 @@ def _listings(app: App) -> dict[str, Callable[[], Awaitable[Any]]]:
     }
 
 
-async def _time_listings(url: str, active: int) -> None:
+async def _time_listings(url: str, active: int, some_job: int) -> None:
     app = App(url)
     idle = app.task(name="bench.idle")(_noop)
     try:
         await app.store()
         if active:
             await app.enqueue_many([(idle, {})] * active)
-        for name, call in _listings(app).items():
+        for name, call in _listings(app, some_job).items():
             await call()
             times = []
             for _ in range(RUNS):
@@ -114,7 +118,7 @@ def _big(url: str, rows: int, active: int) -> None:
     seconds = load_finished(url, rows)
     _fail_some(url)
     print(f"  ({rows} finished jobs loaded in {seconds:.0f} s; {active} queued)")
-    asyncio.run(_time_listings(url, active))
+    asyncio.run(_time_listings(url, active, rows // 2))
     if not url.startswith("sqlite"):
         _explain_count(url)
 
@@ -144,9 +148,11 @@ def _pg_drain(url: str, jobs: int) -> None:
         conn.execute("CHECKPOINT")
         conn.execute("SELECT pg_stat_statements_reset()")
         start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
-    rate, _ = asyncio.run(tether_drain(url, jobs, DRAIN_CONFIG))
+    with tempfile.TemporaryDirectory() as workdir:
+        rate, _ = asyncio.run(tether_drain(url, jobs, DRAIN_CONFIG, Path(workdir)))
     with psycopg.connect(url, autocommit=True) as conn:
         wal = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", start).fetchone()
+        by_relation = _wal_by_relation(conn, str(start[0]) if start else "0/0")
         ms = conn.execute(
             "SELECT sum(total_exec_time) FROM pg_stat_statements s "
             "JOIN pg_database d ON d.oid = s.dbid "
@@ -160,6 +166,36 @@ def _pg_drain(url: str, jobs: int) -> None:
     print(f"  WAL: {int(wal[0]) / jobs:.0f} bytes per job (enqueue + claim + finish)")
     print(f"  server time: {1000 * float(ms[0]) / jobs:.0f} µs per job (top-level statements)")
     print(f"  updates of tether_jobs: {upd[0]}, of which HOT {upd[1]}")
+    print("  WAL per job by relation and record (pg_walinspect; the largest):")
+    for (relation, kind), (count, size) in by_relation[:TOP_WAL]:
+        print(f"    {relation:<28} {kind:<20} {size / jobs:6.0f} bytes {count / jobs:5.2f} records")
+
+
+def _wal_by_relation(
+    conn: psycopg.Connection[Any], start: str
+) -> list[tuple[tuple[str, str], tuple[int, int]]]:
+    """The WAL records since ``start``, summed by relation and record type, largest
+    first (``pg_walinspect``; PostgreSQL 15 and later)."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    names = {
+        str(node): name
+        for node, name in conn.execute(
+            "SELECT pg_relation_filenode(oid), relname FROM pg_class "
+            "WHERE pg_relation_filenode(oid) IS NOT NULL"
+        )
+    }
+    sums: dict[tuple[str, str], tuple[int, int]] = {}
+    for rmgr, record, length, ref in conn.execute(
+        "SELECT resource_manager, record_type, record_length, block_ref "
+        "FROM pg_get_wal_records_info(%s::pg_lsn, pg_current_wal_lsn())",
+        (start,),
+    ):
+        found = re.search(r"rel \d+/\d+/(\d+)", ref or "")
+        relation = str(names.get(found.group(1), found.group(1))) if found else "-"
+        key = (relation, f"{rmgr} {(record or '').split()[0]}")
+        count, size = sums.get(key, (0, 0))
+        sums[key] = (count + 1, size + int(length))
+    return sorted(sums.items(), key=lambda kv: -kv[1][1])
 
 
 def main() -> None:

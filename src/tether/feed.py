@@ -1,9 +1,15 @@
 """The live feed of job transitions, for the API's Server-Sent Events and dashboards.
 
 The feed tails ``tether_job_events`` by event id, so it sees every transition, claims
-included, whoever made it. Hints only cut the wait short: on PostgreSQL a transition's
-NOTIFY (``tether_changed``, ``tether_enqueued``) wakes the feed within milliseconds, in
-any process; the poll is the fallback (rule 1: the database is the truth).
+included, whoever made it. On PostgreSQL a job that simply runs and succeeds stores its
+three transitions only while a feed says it follows (:data:`FOLLOW_TTL`, renewed every
+:data:`FOLLOW_RENEW` seconds; a job's history derives them otherwise, migration 0028), so
+a feed sees every transition from its start on, and one resumed after a gap may miss
+such transitions made while no feed followed.
+
+Hints only cut the wait short: on PostgreSQL a transition's NOTIFY (``tether_changed``,
+``tether_enqueued``) wakes the feed within milliseconds, in any process; the poll is the
+fallback (rule 1: the database is the truth).
 
 Event ids come from a sequence, and on PostgreSQL a transaction that took an id can
 commit after one that took a later id. A cursor that only moved forward would skip such
@@ -26,6 +32,8 @@ from tether.store.protocols import FeedStore
 PAGE = 500
 GRACE = 2.0  # seconds an event id may commit after a later one
 MIN_GAP = 0.05  # a busy queue wakes a feed often: batch what arrives meanwhile
+FOLLOW_TTL = 30.0  # seconds a feed's word that it follows lasts
+FOLLOW_RENEW = 10.0  # seconds between renewals of that word
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ async def follow(
         store.hints.subscribe(h.CHANGED) as changed,
         store.hints.subscribe(h.ENQUEUED) as enqueued,
     ):
+        await store.announce_follower(FOLLOW_TTL)
+        announced = loop.time()
         floor = after_id if after_id is not None else await store.last_event_id()
         seen: set[int] = set()  # ids above ``floor`` already delivered
         marks: deque[tuple[float, int]] = deque()  # (when, newest event id then)
@@ -67,6 +77,9 @@ async def follow(
         while True:
             await asyncio.sleep(max(0.0, read_at + min_gap - loop.time()))
             read_at = loop.time()
+            if read_at - announced >= FOLLOW_RENEW:
+                await store.announce_follower(FOLLOW_TTL)
+                announced = read_at
             marks.append((read_at, await store.last_event_id()))
             after = floor
             while True:
@@ -79,12 +92,12 @@ async def follow(
                     limit=PAGE,
                 )
                 for item in page:
-                    if item.event.id not in seen:
-                        seen.add(item.event.id)
+                    if item.id not in seen:
+                        seen.add(item.id)
                         yield item
                 if len(page) < PAGE:
                     break
-                after = page[-1].event.id
+                after = page[-1].id
             # Every id that existed ``grace`` seconds ago has committed (or never will):
             # the next reads start above it, however few events matched the filter.
             while marks and loop.time() - marks[0][0] > grace:

@@ -105,9 +105,14 @@ class NewJob:
 
 @dataclass(frozen=True)
 class JobEvent:
-    """One transition of one job, stamped with database time."""
+    """One transition of one job, stamped with database time.
 
-    id: int
+    ``id`` orders the stored transitions; it is ``None`` for one read off the job's own
+    row (its creation by an enqueue, the claim of its current run, its success), which
+    PostgreSQL does not store while no process follows the transitions.
+    """
+
+    id: int | None
     job_id: int
     from_state: JobState | None
     to_state: JobState
@@ -347,3 +352,9 @@ class FeedEvent:
     queue: str | None
     task: str | None
     owner: str | None
+
+    @property
+    def id(self) -> int:
+        """The event's id: the feed reads stored transitions only, which all have one."""
+        assert self.event.id is not None
+        return self.event.id

@@ -196,7 +196,7 @@ def jobs_state(conn: sqlite3.Connection) -> tuple[Any, ...]:
         "FROM tether_jobs ORDER BY id"
     ).fetchall()
     events = conn.execute(
-        "SELECT job_id, from_state, to_state FROM tether_job_events ORDER BY job_id, id"
+        "SELECT job_id, from_state, to_state FROM tether_job_history ORDER BY job_id, rank, id"
     ).fetchall()
     batches = conn.execute("SELECT COUNT(*) FROM tether_open_batches").fetchone()[0]
     return tuple(jobs), tuple(events), batches

@@ -42,6 +42,8 @@ async def test_audit_rows_newest_first_in_database_time(store: Store, db: Db) ->
 
 async def test_feed_filters_and_resumes(store: Store) -> None:
     assert await store.last_event_id() == 0
+    # A feed says it follows, so that every transition is stored (migration 0028).
+    await store.announce_follower(60.0)
     x = await enqueue_one(store, queue="x", owner="alice")
     y = await enqueue_one(store, queue="y", owner="bob")
     await store.request_cancel(x.id, "stop", False, "alice")

@@ -190,6 +190,13 @@ async def test_a_release_0_1_database_works_after_the_upgrade(db: Db) -> None:
             JobState.RUNNING,
             JobState.RETRYING,
         ]
+        # The release stored every transition: the history (0028) derives none of them
+        # again, in any state.
+        stored = db.execute("SELECT job_id, COUNT(*) FROM tether_job_events GROUP BY job_id")
+        for job_id, n in stored:
+            history = await store.events(job_id)
+            assert len(history) == n and all(e.id is not None for e in history), job_id
+        assert {int(j) for j, _ in stored} == set(STATES)
         assert await store.get_artifact(3, "log.txt") == b"hello"
         partial = await store.list_cancellations(limit=10, offset=0, status="partial")
         assert [c.id for c in partial] == ["cancel-3"]

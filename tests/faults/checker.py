@@ -1,7 +1,8 @@
 """The invariants, checked against the database after every scenario.
 
 1. Every committed (acknowledged) job reaches exactly one terminal state.
-2. No transition happens after a terminal state (``tether_job_events``).
+2. No transition happens after a terminal state, and each job's history
+   (``tether_job_history``) is one unbroken path from its creation.
 3. At most one accepted completion per job and at most one fenced effect; a succeeded
    job's effect is the one its completing attempt wrote.
 4. Every write with a stale token is rejected, and counted (``fault_effect_log``).
@@ -31,6 +32,7 @@ terminal state; the terminal states are counted from the last retry on.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.harness import Db, History, read_exec_log
+from tether.states import TRANSITIONS, JobState
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 EFFECT_TASKS = {"work", "long", "paced", "pooled"}
@@ -168,11 +171,12 @@ def check(
                 "pruned": pruned,
             }
     events: dict[int, list[tuple[str | None, str]]] = collections.defaultdict(list)
-    for _, job_id, src, dst, reason in sorted(
-        (int(r[0]), int(r[1]), r[2], r[3], r[4])
+    for job_id, _, _, src, dst, reason in sorted(
+        (int(r[1]), int(r[5]), int(r[0] or 0), r[2], r[3], r[4])
         for r in db.query(
-            "SELECT id, job_id, from_state, to_state, reason FROM tether_job_events "
-            "UNION ALL SELECT id, job_id, from_state, to_state, reason FROM fault_gone_events"
+            "SELECT id, job_id, from_state, to_state, reason, rank FROM tether_job_history "
+            "UNION ALL SELECT id, job_id, from_state, to_state, reason, rank "
+            "FROM fault_gone_events"
         )
     ):
         events[job_id].append((src, dst))
@@ -224,11 +228,22 @@ def check(
         if must_succeed is not None and job_id in must_succeed and job["state"] != "succeeded":
             v.fail(f"job {job_id} ({job['task']}) should have succeeded: {job['state']}")
 
-    # 2. nothing after a terminal state
+    # 2. nothing after a terminal state; and each history, stored or read off the job's
+    # row (migration 0028), is one path from the job's creation: a transition missing
+    # or told twice breaks it.
     for job_id, evs in events.items():
         for i, (_, dst) in enumerate(evs):
             if dst in TERMINAL and i + 1 < len(evs) and evs[i + 1] != ("failed", "queued"):
                 v.fail(f"inv2: job {job_id} moved after {dst}: {evs[i + 1 :]}")
+                break
+        if evs and evs[0][0] is not None:
+            v.fail(f"inv2: job {job_id}'s history does not start with its creation: {evs[0]}")
+        for (_, was), (src, dst) in itertools.pairwise(evs):
+            if src != was:
+                v.fail(f"inv2: job {job_id}'s history breaks: -> {was}, then {src} -> {dst}")
+                break
+            if JobState(dst) not in TRANSITIONS[JobState(src)]:
+                v.fail(f"inv2: job {job_id}'s history breaks: {src} -> {dst} is not legal")
                 break
 
     # 3. one completion, one effect, and the right one
@@ -318,7 +333,7 @@ def check(
     }
     rescues = db.query(
         f"SELECT job_id, {'at' if db.sqlite else 'extract(epoch FROM at)'}, worker_id, reason "
-        "FROM tether_job_events WHERE actor = 'rescuer' AND from_state = 'running'"
+        "FROM tether_job_history WHERE actor = 'rescuer' AND from_state = 'running'"
     )
     for job_id, at, worker_id, reason in rescues:
         proc, at = worker_procs.get(worker_id), float(at)
@@ -481,15 +496,15 @@ def rate_overruns(starts: list[float], per_second: float, burst: int) -> list[tu
 
 
 def all_events(db: Db) -> list[dict[str, Any]]:
-    """:meth:`Db.events` of every job, the pruned ones' included, oldest first."""
+    """:meth:`Db.events` of every job, the pruned ones' included, each job's in order."""
     at = "at" if db.sqlite else "extract(epoch FROM at)"
-    cols = "id, job_id, from_state, to_state, {at}, worker_id, actor, reason"
+    cols = "id, job_id, from_state, to_state, {at}, worker_id, actor, reason, rank"
     rows = db.query(
-        f"SELECT {cols.format(at=at)} FROM tether_job_events UNION ALL "
+        f"SELECT {cols.format(at=at)} FROM tether_job_history UNION ALL "
         f"SELECT {cols.format(at='at')} FROM fault_gone_events"
     )
     keys = ("job", "src", "dst", "at", "worker", "actor", "reason")
     return [
         dict(zip(keys, (int(r[1]), r[2], r[3], float(r[4]), r[5], r[6], r[7]), strict=True))
-        for r in sorted(rows, key=lambda r: int(r[0]))
+        for r in sorted(rows, key=lambda r: (int(r[1]), int(r[8]), int(r[0] or 0)))
     ]

@@ -125,7 +125,10 @@ Figures:
   pruning after 1 s), the leader and another worker SIGKILLed; failed parents are
   retried once their children are old enough to prune. `ticks_*` / `missed_*`: ticks
   each schedule fired, and those missed once any schedule fired; `rate_overruns`:
-  windows in which the rate-limited task started more than its bucket allows.
+  windows in which the rate-limited task started more than its bucket allows;
+  `feed_transitions`: what a live feed saw while it followed, from a quarter of the run
+  to a half (on PostgreSQL every transition is stored meanwhile, and only what a job's
+  row cannot give before and after: the histories must be whole either way).
 - foreign_locks: an outside transaction holds random job, limit, rate-bucket and
   schedule rows (`FOR UPDATE`, `FOR SHARE`, `FOR KEY SHARE`; on SQLite long reads and
   the write lock); `rescue_others_*`: from a SIGKILL until each of the victim's jobs

@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS fault_gone_events (
     at         DOUBLE PRECISION NOT NULL,
     worker_id  TEXT,
     actor      TEXT,
-    reason     TEXT
+    reason     TEXT,
+    rank       INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS fault_gone_deps (
     job_id     BIGINT NOT NULL,
@@ -74,12 +75,48 @@ BEGIN
         OLD.max_attempts, OLD.lease_token, OLD.lease_expires_at IS NOT NULL, OLD.parent_id,
         OLD.waiting_children, OLD.idempotency_key, extract(epoch FROM clock_timestamp()))
     ON CONFLICT DO NOTHING;
+    -- The transitions tether reads off the job's row (tether_job_history, migration
+    -- 0028) go with the row: keep them as the stored ones are kept, by the same rules,
+    -- against the stored ones, deleted already (kept above) or not yet.
+    WITH old AS (
+        SELECT OLD.id > COALESCE((SELECT since_job FROM tether_lighter_history), 0) AS lighter
+    ), stored AS (
+        SELECT id, from_state, to_state, extract(epoch FROM at) AS at
+        FROM tether_job_events WHERE job_id = OLD.id
+        UNION ALL
+        SELECT id, from_state, to_state, at FROM fault_gone_events
+        WHERE job_id = OLD.id AND id > 0
+    )
+    INSERT INTO fault_gone_events (id, job_id, from_state, to_state, at, worker_id, actor,
+                                   reason, rank)
+    SELECT -(OLD.id * 4 + d.rank), OLD.id, d.src, d.dst, d.at, d.worker, d.actor, d.reason,
+           d.rank
+    FROM (
+        SELECT 0 AS rank, NULL AS src, 'queued' AS dst, extract(epoch FROM OLD.created_at)
+                   AS at, NULL AS worker, 'enqueue' AS actor, NULL AS reason
+        WHERE NOT EXISTS (SELECT 1 FROM stored WHERE from_state IS NULL)
+        UNION ALL
+        SELECT 2, COALESCE((SELECT to_state FROM stored WHERE to_state <> 'succeeded'
+                            ORDER BY id DESC LIMIT 1), 'queued'),
+               'running', extract(epoch FROM OLD.started_at), OLD.worker_id, 'worker', NULL
+        WHERE OLD.state IN ('running', 'succeeded') AND OLD.started_at IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM stored WHERE to_state = 'running'
+                          AND at = extract(epoch FROM OLD.started_at))
+        UNION ALL
+        SELECT 3, 'running', 'succeeded', extract(epoch FROM OLD.finished_at), OLD.worker_id,
+               OLD.actor, OLD.reason
+        WHERE OLD.state = 'succeeded' AND OLD.finished_at IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM stored WHERE to_state = 'succeeded')
+    ) AS d
+    WHERE (SELECT lighter FROM old)
+    ON CONFLICT DO NOTHING;
     RETURN OLD;
 END $$;
 CREATE OR REPLACE FUNCTION fault_keep_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO fault_gone_events VALUES (OLD.id, OLD.job_id, OLD.from_state, OLD.to_state,
-        extract(epoch FROM OLD.at), OLD.worker_id, OLD.actor, OLD.reason)
+        extract(epoch FROM OLD.at), OLD.worker_id, OLD.actor, OLD.reason,
+        CASE WHEN OLD.from_state IS NULL THEN 0 WHEN OLD.to_state = 'succeeded' THEN 3 ELSE 1 END)
     ON CONFLICT DO NOTHING;
     RETURN OLD;
 END $$;
@@ -151,7 +188,8 @@ CREATE TABLE IF NOT EXISTS fault_gone_events (
     at         REAL NOT NULL,
     worker_id  TEXT,
     actor      TEXT,
-    reason     TEXT
+    reason     TEXT,
+    rank       INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS fault_gone_deps (
     job_id     INTEGER NOT NULL,
@@ -164,7 +202,8 @@ CREATE TRIGGER IF NOT EXISTS fault_keep_job AFTER DELETE ON tether_jobs BEGIN
 END;
 CREATE TRIGGER IF NOT EXISTS fault_keep_event AFTER DELETE ON tether_job_events BEGIN
     INSERT OR IGNORE INTO fault_gone_events VALUES (OLD.id, OLD.job_id, OLD.from_state,
-        OLD.to_state, OLD.at, OLD.worker_id, OLD.actor, OLD.reason);
+        OLD.to_state, OLD.at, OLD.worker_id, OLD.actor, OLD.reason,
+        CASE WHEN OLD.from_state IS NULL THEN 0 WHEN OLD.to_state = 'succeeded' THEN 3 ELSE 1 END);
 END;
 CREATE TRIGGER IF NOT EXISTS fault_keep_dep AFTER DELETE ON tether_dependencies BEGIN
     INSERT INTO fault_gone_deps VALUES (OLD.job_id, OLD.depends_on);

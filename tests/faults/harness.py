@@ -396,13 +396,15 @@ class Db:
         }
 
     def events(self, job_ids: list[int] | None = None) -> list[dict[str, Any]]:
-        """Transitions (oldest first) with ``at`` as Unix seconds."""
+        """Transitions, each job's in order (stored and derived), with ``at`` as Unix
+        seconds."""
         at = "at" if self.sqlite else "extract(epoch FROM at)"
+        # The history, stored and derived (migration 0028), each job's in its order.
         sql = (
             f"SELECT job_id, from_state, to_state, {at}, worker_id, actor, reason "
-            "FROM tether_job_events"
+            "FROM tether_job_history"
         )
-        rows = self.query(sql + " ORDER BY id")
+        rows = self.query(sql + " ORDER BY job_id, rank, id")
         wanted = set(job_ids) if job_ids is not None else None
         keys = ("job", "src", "dst", "at", "worker", "actor", "reason")
         return [

@@ -174,3 +174,24 @@ async def test_a_rate_bucket_whose_clock_moves_back_fails_the_check(
     verdict = check(db, tmp_path, history)
     assert verdict.figures["bucket_steps_back"] == 1
     assert [v for v in verdict.violations if v.startswith("inv10")], verdict.violations
+
+
+async def test_a_history_told_twice_or_with_a_gap_fails_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "exec").mkdir()
+    db = Db(db_url)
+    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    history = History(tmp_path / "history.jsonl")
+    job = await enqueue_one(store)
+    history.add("enqueued", task="t", ids=[job.id])
+    await run_to_success(store, tmp_path, "a#1", at=time.time())
+    assert not [v for v in check(db, tmp_path, history).violations if v.startswith("inv2")]
+    # A claim stored by hand, beside the one stored or read off the row.
+    now = "0" if db.sqlite else "now()"
+    db.execute_script(
+        "INSERT INTO tether_job_events (job_id, from_state, to_state, at, actor) "
+        f"VALUES ({job.id}, 'queued', 'running', {now}, 'worker')"
+    )
+    verdict = check(db, tmp_path, history)
+    assert any(v.startswith(f"inv2: job {job.id}'s history breaks") for v in verdict.violations)

@@ -37,6 +37,7 @@ from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.faultapp import retried_marker
 from tests.faults.harness import wait_all_done, wait_for
 from tether import InvalidJobError, Workflow
+from tether.feed import FeedFilter
 
 pytestmark = pytest.mark.slow
 
@@ -158,6 +159,22 @@ def leader_name(s: Scenario) -> str | None:
     return next((n for n in WORKERS if s.cluster.worker_id(n) == holder), None)
 
 
+async def _follow(s: Scenario, seen: list[int]) -> None:
+    """Follow the live feed until cancelled, counting the transitions in ``seen[0]``."""
+    async for _ in await s.app.jobs.feed(FeedFilter(), poll=0.5):
+        seen[0] += 1
+
+
+async def _stop_following(s: Scenario, feed: asyncio.Task[None]) -> None:
+    """Stop the feed (which must not have failed), and end its word that it follows
+    now rather than when it lapses."""
+    feed.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await feed
+    if not s.sqlite:
+        s.db.query("DELETE FROM tether_listeners WHERE channel = 'tether_feed' RETURNING 1")
+
+
 async def mixed(s: Scenario, seed: int) -> None:
     p = s.params
     rng = random.Random(seed)
@@ -175,6 +192,12 @@ async def mixed(s: Scenario, seed: int) -> None:
     # SIGKILL the leader at a third of the run, and another worker at two thirds.
     faults = {seconds / 3: "leader", 2 * seconds / 3: "other"}
     kills = []
+    # A live feed follows from a quarter of the run to a half, so that on PostgreSQL
+    # some jobs store every transition and others only what their row cannot give, and
+    # some change over in mid-run (migration 0028): the histories the invariants read
+    # must be whole either way.
+    feed: asyncio.Task[None] | None = None
+    fed = [0]
     actions = [
         (3, lambda: load.bulk(p["bulk_size"])),
         (3, load.parent),
@@ -185,6 +208,10 @@ async def mixed(s: Scenario, seed: int) -> None:
     ]
     weights = [w for w, _ in actions]
     while (elapsed := time.time() - started) < seconds:
+        if feed is None and elapsed >= seconds / 4:
+            feed = asyncio.create_task(_follow(s, fed))
+        elif feed is not None and not feed.done() and elapsed >= seconds / 2:
+            await _stop_following(s, feed)
         for at, which in list(faults.items()):
             if elapsed >= at:
                 del faults[at]
@@ -202,6 +229,8 @@ async def mixed(s: Scenario, seed: int) -> None:
         await act()
         await asyncio.sleep(rng.uniform(0.1, 0.4))
     load_ended = time.time()
+    if feed is not None and not feed.done():
+        await _stop_following(s, feed)
 
     # The failed parents' children are now old enough to prune; retry the parents.
     await wait_for(lambda: set(s.db.states(load.failing).values()) <= {"failed"}, 60)
@@ -245,6 +274,7 @@ async def mixed(s: Scenario, seed: int) -> None:
         "out_of_order": verdict.figures["out_of_order"],
         **{f"ticks_{n}": len(ticks.get(n, [])) for n in KINDS.values()},
         **{f"missed_{n}": len(g) for n, g in gaps.items()},
+        "feed_transitions": fed[0],
         "paced_claims": len(paced),
         "rate_overruns": len(overruns),
         "bucket_steps_back": verdict.figures["bucket_steps_back"],

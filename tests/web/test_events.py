@@ -35,6 +35,9 @@ def transitions(text: str) -> list[dict[str, Any]]:
 
 async def test_stream_delivers_filtered_transitions(tapp: App, authed: Client) -> None:
     store = await tapp.store()
+    # A stream follows already (a dashboard open elsewhere), so every transition is
+    # stored for the streams below to replay by id.
+    await store.announce_follower(60.0)
     start = await store.last_event_id()
     a = (await authed.post("alice", "/api/jobs", json={"task": "echo", "queue": "a"})).json()
     b = (await authed.post("bob", "/api/jobs", json={"task": "echo", "queue": "b"})).json()
@@ -74,6 +77,25 @@ async def test_stream_delivers_filtered_transitions(tapp: App, authed: Client) -
         headers={"Last-Event-ID": str(every[2]["event_id"])},
     )
     assert [t["to_state"] for t in transitions(res.text)] == ["paused"]
+
+
+async def test_a_replay_over_a_time_no_stream_followed_misses_only_plain_transitions(
+    tapp: App, authed: Client, db_url: str
+) -> None:
+    store = await tapp.store()
+    start = await store.last_event_id()
+    # Nothing follows: on PostgreSQL a plain enqueue's transition is not stored (its row
+    # gives it), a cancellation's is.
+    job = (await authed.post("alice", "/api/jobs", json={"task": "echo", "queue": "a"})).json()
+    await authed.post("root", f"/api/jobs/{job['id']}/cancel")
+    res = await authed.get("eve", "/api/events", params={"since": start, "timeout": 0.25})
+    replayed = [t["to_state"] for t in transitions(res.text)]
+    plain_stored = db_url.startswith("sqlite")
+    assert replayed == (["queued", "cancelled"] if plain_stored else ["cancelled"])
+    # The job's history has both either way.
+    history = (await authed.get("eve", f"/api/jobs/{job['id']}/events")).json()["items"]
+    assert [e["to_state"] for e in history] == ["queued", "cancelled"]
+    assert (history[0]["id"] is None) is not plain_stored
 
 
 async def test_stream_wakes_on_a_transition_made_while_it_waits(

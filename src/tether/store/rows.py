@@ -138,7 +138,7 @@ class RowReader:
         return job
 
     def event(self, row: Row) -> JobEvent:
-        """A :class:`JobEvent` from a ``tether_job_events`` row."""
+        """A :class:`JobEvent` from a ``tether_job_events`` or ``tether_job_history`` row."""
         at = self._time(row["at"])
         assert at is not None
         return JobEvent(

@@ -3,9 +3,11 @@ cancellations (part of :class:`~tether.store.protocols.CancellationStore`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from tether.errors import RowLocked
 from tether.job import CancellationRow, FeedEvent
 from tether.store.common.base import SqlBase
 from tether.store.driver import Tx
@@ -44,6 +46,19 @@ class FeedSql(SqlBase):
             return [self._api.feed(r) for r in await tx.all(query, params)]
 
         return await self._query(body)
+
+    async def announce_follower(self, ttl: float) -> None:
+        sql = self.sql.feed.ANNOUNCE_FOLLOWER
+        if sql is None:
+            return
+
+        async def body(tx: Tx) -> None:
+            await tx.run(sql, {"ttl": ttl})
+
+        # Bounded: anyone may hold the row (another feed renewing it, an operator in
+        # psql); one that stays held is someone's, and the next renewal tries again.
+        with contextlib.suppress(RowLocked):
+            await self._transact_bounded(body)
 
     async def last_event_id(self) -> int:
         async def body(tx: Tx) -> int:

@@ -26,5 +26,10 @@ class FeedStore(ListenStore, Protocol):
     ) -> list[FeedEvent]:
         """Transitions with an event id above ``after_id``, oldest first, filtered."""
 
+    async def announce_follower(self, ttl: float) -> None:
+        """Say, for ``ttl`` seconds, that a feed follows: every transition is stored
+        meanwhile, those a job's row could give included (a no-op where they always
+        are)."""
+
     async def last_event_id(self) -> int:
         """The newest event id, 0 if there is none."""

@@ -193,9 +193,10 @@ class JobPage(BaseModel):
 
 
 class EventOut(BaseModel):
-    """One transition of a job, in database time."""
+    """One transition of a job, in database time; ``id`` is null for one read off the
+    job's own row (its creation, the claim of its current run, its success)."""
 
-    id: int
+    id: int | None
     job_id: int
     from_state: JobState | None
     to_state: JobState

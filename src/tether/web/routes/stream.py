@@ -46,7 +46,7 @@ few seconds. `limit` and `timeout` end the stream after that many events or seco
 def _message(item: FeedEvent) -> str:
     ev = item.event
     data = Transition(
-        event_id=ev.id,
+        event_id=item.id,
         job_id=ev.job_id,
         from_state=ev.from_state,
         to_state=ev.to_state,

@@ -164,7 +164,12 @@ WHERE id = %(id)s AND state IN ({CANCELLABLE_SQL})
     "WHERE id = %(id)s AND state = 'running'",
 )
 
+# A deleted job's history stays (the feed and `job show` read it): the transitions its
+# row gave (migration 0028) are stored first, in order.
 DELETE_JOB = (
+    "INSERT INTO tether_job_events (job_id, from_state, to_state, at, worker_id, actor, "
+    "reason) SELECT job_id, from_state, to_state, at, worker_id, actor, reason "
+    "FROM tether_job_history WHERE job_id = %(id)s AND id IS NULL ORDER BY rank",
     "DELETE FROM tether_dependencies WHERE job_id = %(id)s",
     "DELETE FROM tether_artifacts WHERE job_id = %(id)s",
     "DELETE FROM tether_jobs WHERE id = %(id)s",

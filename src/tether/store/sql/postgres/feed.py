@@ -6,6 +6,13 @@ FEED = (
     "FROM tether_job_events e LEFT JOIN tether_jobs j ON j.id = e.job_id "
     "WHERE {where} ORDER BY e.id LIMIT %(limit)s"
 )
+# While this row lasts, the transitions a job's row could give are stored too (the
+# triggers of migration 0028 read it), so that the feed, which reads them by id, sees them.
+ANNOUNCE_FOLLOWER = (
+    "INSERT INTO tether_listeners (channel, until) "
+    "VALUES ('tether_feed', now() + make_interval(secs => %(ttl)s)) ON CONFLICT (channel) "
+    "DO UPDATE SET until = GREATEST(tether_listeners.until, excluded.until)"
+)
 LAST_EVENT_ID = "SELECT COALESCE(MAX(id), 0) AS n FROM tether_job_events"
 OWNED_CANCELLATIONS = (
     "SELECT c.* FROM tether_cancellations c JOIN tether_jobs j ON j.id = c.job_id "

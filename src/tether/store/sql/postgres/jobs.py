@@ -22,7 +22,11 @@ SELECT state, n FROM listed
 UNION ALL
 SELECT 'succeeded', n FROM rest WHERE n > 0
 """
-EVENTS = "SELECT * FROM tether_job_events WHERE job_id = %(id)s ORDER BY id"
+# A job's transitions, stored and derived (migration 0028), in order.
+EVENTS = (
+    "SELECT id, job_id, from_state, to_state, at, worker_id, actor, reason "
+    "FROM tether_job_history WHERE job_id = %(id)s ORDER BY rank, id"
+)
 
 # The cancel request's change alone (deleting a job settles it with this too).
 _CANCEL_UPDATE = f"""

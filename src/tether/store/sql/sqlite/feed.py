@@ -6,6 +6,8 @@ FEED = (
     "FROM tether_job_events e LEFT JOIN tether_jobs j ON j.id = e.job_id "
     "WHERE {where} ORDER BY e.id LIMIT :limit"
 )
+# SQLite stores every transition (migration 0028): a feed need not say it follows.
+ANNOUNCE_FOLLOWER = None
 LAST_EVENT_ID = "SELECT COALESCE(MAX(id), 0) AS n FROM tether_job_events"
 OWNED_CANCELLATIONS = (
     "SELECT c.* FROM tether_cancellations c JOIN tether_jobs j ON j.id = c.job_id "

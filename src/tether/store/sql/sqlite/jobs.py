@@ -9,7 +9,11 @@ LIST_JOBS = (
     "ORDER BY id DESC LIMIT :limit OFFSET :offset"
 )
 COUNT_BY_STATE = "SELECT state, COUNT(*) AS n FROM tether_jobs GROUP BY state"
-EVENTS = "SELECT * FROM tether_job_events WHERE job_id = :id ORDER BY id"
+# A job's transitions, stored and derived (migration 0028), in order.
+EVENTS = (
+    "SELECT id, job_id, from_state, to_state, at, worker_id, actor, reason "
+    "FROM tether_job_history WHERE job_id = :id ORDER BY rank, id"
+)
 
 # The control requests: each changes the job and returns it, or returns nothing when
 # there is nothing to change. ``announced`` is false: SQLite has no transition trigger
