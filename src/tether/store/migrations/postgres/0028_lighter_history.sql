@@ -12,9 +12,9 @@
 -- tether_job_events by id, and says so in a row of tether_listeners, 'tether_feed',
 -- that it renews). Every other transition is written as before, and a job leaving a
 -- run other than by succeeding first writes that run's claim, whose row values are
--- about to change. tether_job_history gives a job's whole
--- history, stored and derived, in order (rank, then id); a derived transition has no
--- id, and is derived only where none like it is stored.
+-- about to change. tether_job_history gives a job's whole history, stored and derived,
+-- in order (rank, then id); a derived transition has no id, and is derived only where
+-- none like it is stored.
 --
 -- The jobs that exist when this version is applied keep storing every transition, and
 -- nothing of theirs is derived: their stored history is whole, and written by earlier
