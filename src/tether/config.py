@@ -24,9 +24,10 @@ DEFAULT_MAX_ATTEMPTS = 3
 # something listens. The pool keeps one connection and grows to its size while calls
 # overlap: a busy worker's two claims in flight, a claim beside a completion (a drain at
 # the defaults ran 30% faster with 2 than with 1). A connection unused for POOL_MAX_IDLE
-# seconds closes again, but an idle worker's loops (claim poll, heartbeat, maintenance
-# rounds) also overlap now and then, so it may keep the second: an idle worker holds two
-# or three connections and a busy one three. ``tether serve`` answers concurrent
+# seconds closes again. A worker's pool is narrowed to one connection while the worker is
+# idle (no job held, its last claim found none; its loops' calls take turns on it) and
+# opens its second as soon as a claim finds jobs (``PostgresStore.worker_idle``): an idle
+# worker holds two connections and a busy one three. ``tether serve`` answers concurrent
 # requests and takes SERVE_POOL_SIZE.
 DEFAULT_POOL_SIZE = 2
 POOL_MAX_IDLE = 10.0

@@ -227,6 +227,39 @@ POOL_LOG_THROTTLE = LogThrottle(LOG_EVERY)
 logging.getLogger("psycopg.pool").addFilter(POOL_LOG_THROTTLE)
 
 
+class _Pool(AsyncConnectionPool[Conn]):
+    """psycopg_pool's pool, whose :meth:`resize` to a smaller ``max_size`` also closes
+    the connections beyond it: the idle ones at once, the lent ones as they come back.
+
+    The library's own resize (3.3) leaves them open, to close one at a time only after a
+    whole ``max_idle`` in which the pool never needed it, which the overlapping calls of
+    an idle worker's loops never give it (see :meth:`PostgresStore.worker_idle`). This
+    reads the pool's private counters under its lock, as its own ``_shrink_pool`` does;
+    ``tests/integration/test_connections.py`` holds the behaviour against the pinned
+    version (``constraints.txt``).
+    """
+
+    async def resize(self, min_size: int, max_size: int | None = None) -> None:
+        await super().resize(min_size, max_size)
+        await self._close_excess()
+
+    async def putconn(self, conn: Conn) -> None:
+        await super().putconn(conn)
+        await self._close_excess()
+
+    async def _close_excess(self) -> None:
+        if self._nconns <= self._max_size:
+            return  # every call but those just after a narrowing: no lock taken
+        excess: list[Conn] = []
+        async with self._lock:
+            while self._nconns > self._max_size and self._pool:
+                excess.append(self._pool.pop())
+                self._nconns -= 1
+            self._nconns_min = min(self._nconns_min, len(self._pool))
+        for conn in excess:
+            await self._close_connection(conn)
+
+
 class PostgresStore(SqlStore):
     """A :class:`~tether.store.base.Store` on PostgreSQL."""
 
@@ -261,13 +294,15 @@ class PostgresStore(SqlStore):
             self._connect_kwargs["prepare_threshold"] = None
             del self._connect_kwargs["options"]
         self.hints = Hints()
-        self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+        self._pool_size = cfg.pool_size or DEFAULT_POOL_SIZE
+        self._pool = _Pool(
             self._dsn,
             min_size=1,
-            max_size=cfg.pool_size or DEFAULT_POOL_SIZE,
-            # Beyond the one it keeps, a connection closes after this long unused: an
-            # idle fleet goes back to one pooled connection per process, unless its
-            # loops' calls keep overlapping (see POOL_MAX_IDLE).
+            max_size=self._pool_size,
+            # Beyond the one it keeps, a connection closes after this long unused: a
+            # process without workers (a producer, ``tether serve``) goes back to one
+            # pooled connection when its calls stop overlapping. A worker's pool is
+            # narrowed outright while it idles (see worker_idle).
             max_idle=POOL_MAX_IDLE,
             open=False,
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
@@ -290,6 +325,10 @@ class PostgresStore(SqlStore):
         self._connected = asyncio.Event()
         self._backend_pid: int | None = None
         self._workers: set[str] = set()
+        # The workers of this store that are idle (worker_idle), and the pool's sizes
+        # (min, max): as applied, and as wanted (see _want_sizes).
+        self._idle_workers: set[str] = set()
+        self._sizes = self._sizes_wanted = (1, self._pool_size)
         # Channels listened on (by the LISTEN connection), and those a worker of this
         # store needs from its registration on, subscribed or not yet.
         self._listening: set[str] = set()
@@ -343,6 +382,8 @@ class PostgresStore(SqlStore):
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
         if not self._opened:
             await self.open()
+        if self._sizes != self._sizes_wanted:
+            await self._fit_pool()
         try:
             async with self._pool.connection() as conn, self._bounded(conn):
                 yield conn
@@ -462,9 +503,59 @@ class PostgresStore(SqlStore):
             await asyncio.wait_for(self._listening_on(self._sticky), 10)
         # A new LISTEN session writes its pid into the rows of these workers (_serve).
         self._workers.add(worker_id)
+        self._want_sizes()  # a new worker is busy until its first claim finds nothing
 
     def _worker_gone(self, worker_id: str) -> None:
         self._workers.discard(worker_id)
+        self._idle_workers.discard(worker_id)
+        self._want_sizes()  # the pool is fitted at its next call (_conn)
+
+    # -- the pool's size -----------------------------------------------------------------
+
+    async def worker_idle(self, worker_id: str, idle: bool) -> None:
+        """While every worker of this store is idle, its pool holds one connection
+        (beside the LISTEN one); as soon as one is busy, up to ``pool_size`` again.
+
+        An idle worker's loops (claim poll, heartbeat, leader renewal, the leader's
+        duties) each call on their own timer, and when two calls overlap a pool of two
+        opens its second connection, which then stays (it closes only after a whole
+        ``max_idle`` unused). Narrowed, the later call waits for the connection instead,
+        for as long as the earlier one takes: milliseconds, or one batch of the leader's
+        pruner (its ``batch_size`` rows). That wait costs no lease, as an idle worker
+        holds none. What it could delay is the worker row's heartbeat, which only says
+        the worker is alive: one given up after its timeout (``heartbeat_interval``)
+        makes the claimer wait for the next one that gets through, and a stale
+        heartbeat alone never has a worker presumed dead (its process or its LISTEN
+        session must be gone too). And the leader's renewal, whose lease lasts
+        ``leader_ttl``, three renewal intervals by default. Widening opens the second
+        connection at once, for the burst's calls that overlap (a busy worker holds
+        two pooled connections); without workers the pool is as opened again.
+        """
+        if idle:
+            self._idle_workers.add(worker_id)
+        else:
+            self._idle_workers.discard(worker_id)
+        self._want_sizes()
+        if self._sizes != self._sizes_wanted:
+            await self._fit_pool()
+
+    def _want_sizes(self) -> None:
+        size = self._pool_size
+        if not self._workers:
+            self._sizes_wanted = (1, size)  # a producer's or a server's pool, as opened
+        elif self._workers <= self._idle_workers:
+            self._sizes_wanted = (1, 1)
+        else:
+            # Busy: the second connection opens now, while the first claim's jobs start,
+            # not when the burst's calls first overlap and would wait for it (a drain of
+            # 8 workers was about 10% slower that way).
+            self._sizes_wanted = (min(2, size), size)
+
+    async def _fit_pool(self) -> None:
+        if not self._opened:
+            return  # opened as (1, pool_size); fitted at the first call
+        self._sizes = self._sizes_wanted
+        await self._pool.resize(*self._sizes)
 
     # -- notifications -------------------------------------------------------------------
 

@@ -133,6 +133,10 @@ class Claimer(Service):
                 else:
                     w.launch(job, leased_at=sent)
         self.claimed += got
+        if got or failure is None:
+            # Idle or busy, for the store's connections; a failed claim that found
+            # nothing says neither.
+            await w.found(got)
         if failure is not None:
             raise failure
         if full and w.free_slots() > 0 and self.ramp is None:

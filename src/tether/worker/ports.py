@@ -34,6 +34,11 @@ class Launcher(Protocol):
     def hand_back(self, job: Job) -> None:
         """Release a job claimed as the worker began to stop, without starting it."""
 
+    async def found(self, count: int) -> None:
+        """A claim round came back with ``count`` jobs (already launched or handed
+        back): the worker is idle if it found none and holds none, else busy, and its
+        store sizes its connections by that."""
+
 
 class Holder(Protocol):
     """The worker as the heartbeater sees it: the attempts it holds, and how to stop

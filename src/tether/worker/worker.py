@@ -299,6 +299,11 @@ class Worker:
             unstarted(job, "released at worker shutdown (claimed as the stop began; not started)")
         )
 
+    async def found(self, count: int) -> None:
+        """A claim round came back with ``count`` jobs: tell the store whether this
+        worker is idle (see ``WorkerStore.worker_idle``)."""
+        await self.store.worker_idle(self.id, count == 0 and not self.running)
+
     async def _drain_completer(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10.0

@@ -26,6 +26,9 @@ class WorkersSql(SqlBase):
     def _worker_gone(self, worker_id: str) -> None:
         """``worker_id`` stopped or is dead: no session speaks for it any more."""
 
+    async def worker_idle(self, worker_id: str, idle: bool) -> None:
+        """Nothing by default (SQLite has no pool to size); see the PostgreSQL store's."""
+
     async def register_worker(
         self,
         worker_id: str,

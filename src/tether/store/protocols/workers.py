@@ -31,6 +31,12 @@ class WorkerStore(Protocol):
         and the names of the schedules its app declares; ``pid`` belongs to ``space``
         (by default this process's)."""
 
+    async def worker_idle(self, worker_id: str, idle: bool) -> None:
+        """Say whether a worker of this process is idle: it holds no job and its last
+        claim found none. PostgreSQL keeps one pooled connection while all of them are
+        idle, and lets the pool grow to its size again when one is not; SQLite has
+        nothing to size."""
+
     async def set_worker_state(self, worker_id: str, state: str) -> None:
         """Move a worker to ``active``, ``draining``, ``stopped`` or ``dead``."""
 
