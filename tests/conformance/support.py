@@ -8,6 +8,7 @@ its own connection to the same database. Only tests do this; the package never d
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sqlite3
@@ -17,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from tether.job import Job, NewJob, Outcome
+from tether.job import Job, JobEvent, NewJob, Outcome
 from tether.states import JobState
 from tether.store import Store, parse_sqlite_path
 from tether.store.rows import epoch_to_dt
@@ -169,3 +170,9 @@ async def running_job(
 def outcome(job: Job, state: JobState, **fields: Any) -> Outcome:
     """An outcome for ``job`` carrying the token it was claimed with."""
     return Outcome(job_id=job.id, lease_token=job.lease_token, state=state, **fields)
+
+
+def unnumbered(events: Sequence[JobEvent]) -> list[JobEvent]:
+    """``events`` without their ids: a transition read off a job's row has none until it
+    is stored (migration 0028), and the same history reads the same either way."""
+    return [dataclasses.replace(e, id=None) for e in events]

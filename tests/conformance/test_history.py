@@ -9,13 +9,11 @@ stored is what the rule says.
 
 from __future__ import annotations
 
-import dataclasses
-
-from tether.job import Job, JobEvent
+from tether.job import Job
 from tether.states import JobState
 from tether.store import Store
 
-from .support import Db, claim_one, enqueue_one, new_job, outcome, running_job
+from .support import Db, claim_one, enqueue_one, new_job, outcome, running_job, unnumbered
 
 Q, R, S = JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED
 
@@ -27,10 +25,6 @@ def _stored(db: Db, job: Job) -> int:
 
 def _derives(db: Db) -> bool:
     return db.dialect == "postgresql"
-
-
-def _unnumbered(events: list[JobEvent]) -> list[JobEvent]:
-    return [dataclasses.replace(e, id=None) for e in events]
 
 
 async def _plain_run(store: Store) -> Job:
@@ -117,7 +111,7 @@ async def test_a_deleted_job_keeps_its_whole_history(store: Store, db: Db) -> No
     await store.delete(job.id, "alice")
     assert await store.get(job.id) is None
     after = await store.events(job.id)
-    assert _unnumbered(after) == _unnumbered(before)
+    assert unnumbered(after) == unnumbered(before)
     assert all(e.id is not None for e in after)
     assert _stored(db, job) == 3
 

@@ -6,7 +6,6 @@ trigger and the CHECK constraints hold even for statements written by hand.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 
 import pytest
@@ -25,6 +24,7 @@ from .support import (
     new_job,
     outcome,
     running_job,
+    unnumbered,
 )
 
 Q, B, R, RT, P, S, F, C = (
@@ -153,10 +153,6 @@ async def move(store: Store, job: Job, dst: JobState) -> None:
         raise AssertionError(f"no Store API path for {src} -> {dst}: add one here")
 
 
-def _unnumbered(e: JobEvent) -> JobEvent:
-    return dataclasses.replace(e, id=None)
-
-
 @pytest.mark.parametrize("pair", transition_pairs(), ids="->".join)
 async def test_every_legal_transition_works_through_the_store_api_with_an_event(
     store: Store, pair: tuple[str, str]
@@ -170,7 +166,7 @@ async def test_every_legal_transition_works_through_the_store_api_with_an_event(
     events = await store.events(job.id)
     # The same history, and one transition more (a claim read off the row until now
     # may have been stored meanwhile: it has an id now).
-    assert [_unnumbered(e) for e in events[: len(before)]] == [_unnumbered(e) for e in before]
+    assert unnumbered(events[: len(before)]) == unnumbered(before)
     assert pairs(events[len(before) :]) == [(src.value, dst.value)]
     assert events[-1].at >= before[-1].at
     assert events[-1].actor is not None

@@ -107,6 +107,14 @@ def test_missing_ticks_names_the_gap() -> None:
     assert missing_ticks(ticks, 100.0, 102.5) == []
 
 
+def _run_dir(db_url: str, tmp_path: Path) -> tuple[Db, History]:
+    """A scenario's run directory and fault schema, as the harness makes them."""
+    (tmp_path / "exec").mkdir()
+    db = Db(db_url)
+    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    return db, History(tmp_path / "history.jsonl")
+
+
 async def run_to_success(store: Store, run_dir: Path, proc: str, *, at: float) -> Job:
     """``proc`` claims the next job and succeeds with it; its attempt is logged as having
     run just before ``at``."""
@@ -123,19 +131,17 @@ async def run_to_success(store: Store, run_dir: Path, proc: str, *, at: float) -
 async def test_a_dependent_started_before_its_dependency_ended_fails_the_check(
     store: Store, db_url: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "exec").mkdir()
-    Db(db_url).execute_script(effects.SQLITE_SCHEMA if "sqlite" in db_url else effects.PG_SCHEMA)
-    history = History(tmp_path / "history.jsonl")
+    db, history = _run_dir(db_url, tmp_path)
     first = await enqueue_one(store)
     second = await enqueue_one(store, depends_on=(first.id,))
     history.add("enqueued", task="t", ids=[first.id, second.id])
     now = time.time()
     await run_to_success(store, tmp_path, "a#1", at=now)
-    in_order = check(Db(db_url), tmp_path, history)
+    in_order = check(db, tmp_path, history)
     assert in_order.figures["out_of_order"] == 0
     # The dependent's attempt is logged as having started before the dependency ended.
     await run_to_success(store, tmp_path, "a#1", at=now - 0.1)
-    verdict = check(Db(db_url), tmp_path, history)
+    verdict = check(db, tmp_path, history)
     assert verdict.figures["out_of_order"] == 1
     assert [v for v in verdict.violations if v.startswith("inv9")], verdict.violations
 
@@ -143,10 +149,7 @@ async def test_a_dependent_started_before_its_dependency_ended_fails_the_check(
 async def test_a_dependent_left_blocked_after_its_dependencies_succeeded_fails_the_check(
     store: Store, db_url: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "exec").mkdir()
-    db = Db(db_url)
-    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
-    history = History(tmp_path / "history.jsonl")
+    db, history = _run_dir(db_url, tmp_path)
     done = await enqueue_one(store)
     other = await enqueue_one(store, task="other")
     waiting = await enqueue_one(store, task="other", depends_on=(other.id,))
@@ -163,11 +166,8 @@ async def test_a_dependent_left_blocked_after_its_dependencies_succeeded_fails_t
 async def test_a_rate_bucket_whose_clock_moves_back_fails_the_check(
     store: Store, db_url: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "exec").mkdir()
-    db = Db(db_url)
-    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
+    db, history = _run_dir(db_url, tmp_path)
     await store.set_rate_limit("task", "t", 5.0, 5)
-    history = History(tmp_path / "history.jsonl")
     assert check(db, tmp_path, history).figures["bucket_steps_back"] == 0
     back = "refilled_at - 1" if db.sqlite else "refilled_at - interval '1 second'"
     db.execute_script(f"UPDATE tether_rate_limits SET refilled_at = {back}")
@@ -179,10 +179,7 @@ async def test_a_rate_bucket_whose_clock_moves_back_fails_the_check(
 async def test_a_history_told_twice_or_with_a_gap_fails_the_check(
     store: Store, db_url: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "exec").mkdir()
-    db = Db(db_url)
-    db.execute_script(effects.SQLITE_SCHEMA if db.sqlite else effects.PG_SCHEMA)
-    history = History(tmp_path / "history.jsonl")
+    db, history = _run_dir(db_url, tmp_path)
     job = await enqueue_one(store)
     history.add("enqueued", task="t", ids=[job.id])
     await run_to_success(store, tmp_path, "a#1", at=time.time())

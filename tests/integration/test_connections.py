@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import Any
 
 import psycopg
 import pytest
@@ -49,6 +50,14 @@ async def _backends(url: str, name: str) -> int:
     return int(row[0]) if row else 0
 
 
+async def _started(worker: Worker) -> tuple[PostgresStore, Any]:
+    """Start ``worker`` with its loops left to the test (run_once); its store and pool."""
+    await worker.start(services=False)
+    store = worker.store
+    assert isinstance(store, PostgresStore)
+    return store, store._pool
+
+
 async def test_an_idle_worker_keeps_one_pooled_connection_and_widens_when_jobs_arrive(
     pg_url: str,
 ) -> None:
@@ -64,10 +73,7 @@ async def test_an_idle_worker_keeps_one_pooled_connection_and_widens_when_jobs_a
     try:
         # The loops are driven by hand (run_once), so no call overlaps unless the test
         # makes it.
-        await worker.start(services=False)
-        store = worker.store
-        assert isinstance(store, PostgresStore)
-        pool = store._pool
+        store, pool = await _started(worker)
         async with store._conn():
             await store.list_queues()  # two calls at once: a second connection
         assert pool.get_stats()["pool_size"] == 2
@@ -127,10 +133,7 @@ async def test_a_connection_in_use_when_the_pool_narrows_closes_as_it_comes_back
 
     worker = Worker(app, fast_config())
     try:
-        await worker.start(services=False)
-        store = worker.store
-        assert isinstance(store, PostgresStore)
-        pool = store._pool
+        store, pool = await _started(worker)
         async with store._conn() as first, store._conn() as second:
             # Both lent: the narrowing has nothing idle to close yet.
             await store.worker_idle(worker.id, True)

@@ -135,7 +135,10 @@ MARK_PARENT = "UPDATE tether_jobs SET has_children = true WHERE id = %(id)s AND 
 # The job to delete, locked until the transaction ends. A person's delete must wait for
 # the row (it must see the job's last state), so it is bounded: delete runs under
 # SqlBase._transact_bounded (lock_timeout, then RowLocked: "try again").
-DELETING = f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %(id)s FOR UPDATE"
+DELETING = (
+    f"SELECT {JOB_COLUMNS} FROM tether_jobs WHERE id = %(id)s "
+    "FOR UPDATE  -- waits, bounded: run only under SqlBase._transact_bounded (see above)"
+)
 
 CANCEL_CHILDREN = f"""
 UPDATE tether_jobs SET state = 'cancelled',

@@ -223,7 +223,7 @@ LEASE_HELD = """
 SELECT 1 FROM tether_jobs
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
   AND (NOT %(no_cancel)s OR cancel_requested_at IS NULL)
-FOR SHARE
+FOR SHARE  -- waits, bounded: run only under SqlBase._transact_bounded (see above)
 """
 
 LIST_ARTIFACTS = """
