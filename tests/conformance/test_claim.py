@@ -7,9 +7,13 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 
+import psycopg
+import pytest
+
 from tether.job import Job, JobFilter
 from tether.states import JobState
 from tether.store import Store
+from tether.store.postgres import PostgresStore
 
 from .support import Db, assert_between, claim_one, enqueue_one, new_job, outcome
 
@@ -180,3 +184,35 @@ async def test_concurrent_claimers_never_get_the_same_job(
     assert all(j.lease_token == 1 and j.attempt == 1 for j in rows)
     assert all(j.worker_id == owner[j.id] for j in rows)
     assert await store.count_by_state() == {"running": total}
+
+
+@pytest.mark.postgres
+async def test_a_key_s_next_job_never_reads_as_started_before_the_last_one_finished(
+    pg_url: str,
+) -> None:
+    # PostgreSQL's claim is one statement running several inner ones: an inner one may
+    # see a finish that committed after the statement (and its now()) began. Here a
+    # transaction begun before the finish stands for that early start.
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        await store.announce_follower(60.0)  # the claim event is stored as well
+        first = await enqueue_one(store, key="k", limits=("key:k",))
+        second = await enqueue_one(store, key="k", limits=("key:k",))
+        running = await claim_one(store)
+        assert running.id == first.id
+        with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+            conn.execute("SELECT 1")
+            assert await store.finish("w1", [outcome(running, JobState.SUCCEEDED)]) == {first.id}
+            claimed = conn.execute(
+                "SELECT id FROM tether_claim('w2', ARRAY['default'], ARRAY['t'], 1, 60)"
+            ).fetchall()
+        assert claimed == [(second.id,)]
+        done, started = await store.get(first.id), await store.get(second.id)
+        assert done is not None and done.finished_at is not None
+        assert started is not None and started.started_at is not None
+        assert done.finished_at <= started.started_at
+        claims = [e for e in await store.events(second.id) if e.to_state is JobState.RUNNING]
+        assert [(e.at, e.id is not None) for e in claims] == [(started.started_at, True)]
+    finally:
+        await store.close()

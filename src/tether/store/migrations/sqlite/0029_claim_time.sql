@@ -1,0 +1,4 @@
+-- tether schema, version 29 (SQLite): nothing to do. On PostgreSQL this version dates a
+-- claim by the clock when the row is claimed rather than by its statement's start, so
+-- that a job never reads as started before a transition its claim saw. SQLite's claim
+-- runs under the database's one write lock, after every write it could see.
