@@ -20,9 +20,11 @@ from tether.config import (
     WorkerConfig,
 )
 from tether.context import CancelSignal, JobContext, SyncJobContext
+from tether.durable import step
 from tether.errors import (
     Cancelled,
     ConfigError,
+    DuplicateStepError,
     Fail,
     IllegalTransitionError,
     InvalidJobError,
@@ -31,13 +33,15 @@ from tether.errors import (
     PayloadTooLargeError,
     Retry,
     SchemaVersionError,
+    SignalConflictError,
+    SignalTimeoutError,
     StoreError,
     TetherError,
     UnknownTaskError,
     WaitForChildren,
     WaitTimeoutError,
 )
-from tether.job import Job, JobEvent, WorkerInfo
+from tether.job import Job, JobEvent, StepInfo, WorkerInfo
 from tether.periodic import Schedule
 from tether.states import JobState
 from tether.task import Task
@@ -54,6 +58,7 @@ __all__ = [
     "CancellationSummary",
     "Cancelled",
     "ConfigError",
+    "DuplicateStepError",
     "Fail",
     "IllegalTransitionError",
     "InvalidJobError",
@@ -70,6 +75,9 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "SchemaVersionError",
+    "SignalConflictError",
+    "SignalTimeoutError",
+    "StepInfo",
     "StoreConfig",
     "StoreError",
     "SyncJobContext",
@@ -82,5 +90,6 @@ __all__ = [
     "WorkerConfig",
     "WorkerInfo",
     "Workflow",
+    "step",
 ]
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ from tether.audit import audited, local_actor
 from tether.cancellation import CancellationResult
 from tether.config import DEFAULT_DATABASE_URL, AppConfig, RetryPolicy, WorkerConfig
 from tether.errors import ConfigError, JobNotFoundError, WaitTimeoutError
-from tether.facades import Admin, Cancellations, Jobs, Queues, Schedules
+from tether.facades import Admin, Cancellations, Durable, Jobs, Queues, Schedules
 from tether.facades.base import job_target
 from tether.facades.cancellations import service as cancellation_service
 from tether.job import JSON, Job, NewJob
@@ -126,6 +126,8 @@ class App:
         self.cancellations = Cancellations(self)
         #: Declared and recorded schedules.
         self.schedules = Schedules(self)
+        #: Durable steps, and signals to the jobs that wait for them.
+        self.durable = Durable(self)
         #: Schema, migrations, retention, the leader and workers.
         self.admin = Admin(self)
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import payload
-from tether.errors import Cancelled, LeaseLostError, PayloadTooLargeError
+from tether.errors import Cancelled, InvalidJobError, LeaseLostError, PayloadTooLargeError
 from tether.job import JSON, Job
+
+if TYPE_CHECKING:
+    from tether.durable import Steps
 
 T = TypeVar("T")
 
@@ -99,8 +105,10 @@ class JobContext:
         max_payload_bytes: int,
         max_artifact_bytes: int,
         threaded: bool = False,
+        steps: Steps | None = None,
     ) -> None:
         self.job = job
+        self._steps = steps
         self.cancelled = CancelSignal(threaded=threaded)
         self.stopping = CancelSignal(threaded=threaded)
         self.checkpoint: JSON | None = job.checkpoint
@@ -181,6 +189,73 @@ class JobContext:
             raise ValueError("usage must not be negative")
         self.usage += amount
         self._on_usage(self.usage)
+
+    # -- durable steps, sleeps, signals and fenced effects (tether.durable) ------------
+
+    @property
+    def durable(self) -> Steps:
+        """The job's durable steps (for the sync context and the ``@tether.step`` form)."""
+        if self._steps is None:
+            raise InvalidJobError("durable steps need a job run by a worker")
+        return self._steps
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once per job, as the step ``name``, and return its
+        result (awaited if it is a coroutine).
+
+        The result is stored as JSON under the job's lease, and a later attempt (a
+        retry, a rescue, a resume, a restart after a crash) gets it back without
+        running ``fn`` again: a JSON round trip, so a tuple comes back as a list. Code
+        outside steps runs again on every attempt. A step that raises is not stored,
+        and the job's retry policy applies. After a lost lease the result is refused:
+        :class:`~tether.errors.LeaseLostError`. Each name may be used once per run
+        (:class:`~tether.errors.DuplicateStepError`); number them in a loop
+        (``f"page:{i}"``). Usage reported while it runs is recorded with the step.
+        """
+        return await self.durable.step(name, fn, *args, **kwargs)
+
+    async def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Sleep durably: the job gives back its lease and its slot, spends no attempt,
+        and runs again after ``seconds`` on any worker, replaying its handler past its
+        completed steps (a sleep already over returns at once).
+
+        Sleeps are named ``sleep:1``, ``sleep:2``... in the order a run reaches them;
+        give ``name`` to keep a name stable when code changes. Pause, cancel and
+        budgets act on a sleeping job as on a queued one.
+        """
+        await self.durable.sleep(seconds, name)
+
+    async def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """:meth:`sleep` until ``when`` (an aware datetime)."""
+        if when.tzinfo is None:
+            raise InvalidJobError("sleep_until needs an aware datetime (with a time zone)")
+        await self.sleep((when - datetime.now(UTC)).total_seconds(), name=name)
+
+    async def wait_for(self, signal: str, *, timeout: float | None = None) -> JSON:
+        """Wait for the signal ``signal`` (``app.signal(job_id, signal, payload)``) and
+        return its payload.
+
+        A signal sent before the wait is kept and returned at once. Otherwise the job
+        gives back its lease and its slot, spends no attempt, and runs again when the
+        signal comes, replaying its handler to this point. Past ``timeout`` seconds
+        (``None``: no limit) it raises :class:`~tether.errors.SignalTimeoutError`. Each
+        signal name is waited for once per job.
+        """
+        return await self.durable.wait_for(signal, timeout)
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A connection to tether's own database in a transaction that commits only if
+        this attempt still holds the job's lease: ``async with ctx.transaction() as
+        conn:``.
+
+        ``conn`` is a ``psycopg.AsyncConnection`` on PostgreSQL, a ``sqlite3.Connection``
+        to the same file on SQLite (holding the write lock: keep it short). Inside
+        :meth:`step`, it commits when the step ends, with the step's record: the writes
+        commit exactly once per job. Outside a step they commit once per attempt that
+        gets that far. If the lease was lost, everything rolls back and
+        :class:`~tether.errors.LeaseLostError` is raised.
+        """
+        return self.durable.transaction()
 
     async def save_artifact(self, name: str, data: bytes) -> None:
         """Store ``data`` under ``name``; artifacts outlive failure and cancellation."""
@@ -269,6 +344,44 @@ class SyncJobContext:
         """The jobs this job spawned."""
         return self._call(self._ctx.children())
 
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` once per job as the step ``name`` (see :meth:`JobContext.step`);
+        ``fn`` runs in this thread."""
+        steps = self._ctx.durable
+        done = self._call(steps.begin(name))
+        if done is not None:
+            return done.result
+        used = self._ctx.usage
+        encoded, frame, took = steps.run_in_thread(name, fn, args, kwargs)
+        usage = max(0, self._ctx.usage - used)
+        if frame.fenced is None:
+            return self._call(steps.save(name, encoded, took, usage))
+        try:
+            asyncio.run(frame.fenced.commit(name, encoded, took, usage))
+        except LeaseLostError:
+            self._loop.call_soon_threadsafe(steps.note_lost)
+            raise
+        finally:
+            asyncio.run(frame.fenced.close())
+        return self._call(steps.remember(name, encoded, usage))
+
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Sleep durably (see :meth:`JobContext.sleep`)."""
+        self._call(self._ctx.sleep(seconds, name=name))
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """Sleep durably until ``when`` (see :meth:`JobContext.sleep_until`)."""
+        self._call(self._ctx.sleep_until(when, name=name))
+
+    def wait_for(self, signal: str, *, timeout: float | None = None) -> JSON:
+        """Wait for a signal (see :meth:`JobContext.wait_for`)."""
+        return self._call(self._ctx.wait_for(signal, timeout=timeout))
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A fenced transaction (see :meth:`JobContext.transaction`): a blocking
+        ``psycopg.Connection`` or a ``sqlite3.Connection``, in this thread."""
+        return self._ctx.durable.transaction_sync()
+
     def _call(self, coro: Awaitable[T]) -> T:
         async def run() -> T:
             return await coro
@@ -278,3 +391,7 @@ class SyncJobContext:
 
 Context = JobContext | SyncJobContext
 Handler = Callable[..., Any]
+
+CURRENT: ContextVar[Context | None] = ContextVar("tether_job_context", default=None)
+"""The context of the job whose handler runs here (set by the worker for the handler's
+task or thread): what ``@tether.step`` functions run their steps in."""

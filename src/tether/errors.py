@@ -104,5 +104,21 @@ class WaitForChildren(TetherError):
         self.phase = phase
 
 
+class DuplicateStepError(TetherError, ValueError):
+    """A step name was used twice in one job (each step, sleep and wait needs its own)."""
+
+
+class SignalConflictError(TetherError):
+    """The job already has a signal of this name, with another payload."""
+
+
+class SignalTimeoutError(TetherError, TimeoutError):
+    """Raised in a handler by ``ctx.wait_for()`` when its signal did not come in time."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no signal {name!r} came before the wait's timeout")
+        self.name = name
+
+
 class ScheduleNotFoundError(TetherError, LookupError):
     """No periodic schedule has this name."""

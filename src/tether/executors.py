@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from tether.context import CancelSignal, JobContext, SyncJobContext
+from tether.context import CURRENT, CancelSignal, JobContext, SyncJobContext
 from tether.errors import Cancelled, Fail, Retry
 from tether.job import JSON
 from tether.task import Task
@@ -74,7 +74,9 @@ class ThreadHandle:
     def __init__(self, task: Task, ctx: JobContext, threads: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
         sync_ctx = SyncJobContext(ctx, loop)
-        call = contextvars.copy_context().run
+        context = contextvars.copy_context()
+        context.run(CURRENT.set, sync_ctx)  # what @tether.step functions find
+        call = context.run
         args = ctx.job.args
         self.thread: concurrent.futures.Future[Any] = threads.submit(
             lambda: call(task.fn, sync_ctx, **args)

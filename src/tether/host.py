@@ -25,6 +25,9 @@ class Declared(Protocol):
 class Host(Protocol):
     """An application as a worker sees it."""
 
+    #: Its database URL (handlers' fenced transactions open connections to it).
+    url: str
+
     @property
     def config(self) -> AppConfig:
         """The application's configuration."""

@@ -296,6 +296,41 @@ class ArtifactInfo:
 
 
 @dataclass(frozen=True)
+class StepInfo:
+    """A durable step of a job, as its attempts left it (see :meth:`JobContext.step`).
+
+    ``kind`` is ``step`` (a function's result), ``sleep`` or ``signal`` (a wait for
+    one). ``state`` is ``done``, ``waiting`` (a sleep or wait under way, until
+    ``wakes_at``; ``None``: a wait with no timeout) or ``timed_out`` (a wait whose
+    signal did not come in time). ``attempt`` is the attempt that wrote it last.
+    """
+
+    job_id: int
+    name: str
+    kind: str
+    state: str
+    result: JSON | None
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    wakes_at: datetime | None
+    usage: int = 0
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    """What a sleep or a wait found (:meth:`~tether.store.base.Store.wait`).
+
+    ``outcome``: ``done`` (the sleep is over, or the signal is in: ``payload_json``),
+    ``parked`` (the job left ``running`` and holds no lease until it wakes),
+    ``timed_out`` (no signal by the deadline) or ``lost`` (the lease was lost).
+    """
+
+    outcome: str
+    payload_json: str | None = None
+
+
+@dataclass(frozen=True)
 class CancellationRow:
     """A persisted cancellation record, as the store keeps it."""
 

@@ -85,6 +85,18 @@ PRUNED = Counter(
     "Rows the retention pruner deleted, by kind (jobs, events, audit, workers, ...).",
     ["kind"],
 )
+STEPS = Counter(
+    "tether_steps_total",
+    "Durable steps by task and what became of them: ran (and recorded) or replayed "
+    "(an earlier attempt's result returned without running it).",
+    ["task", "outcome"],
+)
+WAITS = Counter(
+    "tether_waits_total",
+    "Sleeps and waits for signals (kind), by outcome: parked (the job gave back its "
+    "lease), done (over, or the signal was in), timed_out, or lost (lease lost).",
+    ["kind", "outcome"],
+)
 SCHEDULED = Counter(
     "tether_scheduled_jobs_total", "Jobs this process enqueued for periodic schedules."
 )
@@ -145,9 +157,10 @@ def job_started(job: Job) -> None:
         _start_latency(job.queue).observe(max(0.0, seconds))
 
 
-def job_ran(task: str, outcome: Outcome | None, seconds: float) -> None:
-    """An attempt ended on this worker, asking for ``outcome`` (``None``: lease lost)."""
-    ended = outcome.state.value if outcome is not None else "lease_lost"
+def job_ran(task: str, outcome: Outcome | None, seconds: float, *, parked: bool = False) -> None:
+    """An attempt ended on this worker, asking for ``outcome`` (``None``: lease lost, or
+    ``parked`` by a sleep or a wait)."""
+    ended = outcome.state.value if outcome is not None else "parked" if parked else "lease_lost"
     _run_duration(task, ended).observe(seconds)
 
 
@@ -155,6 +168,16 @@ def zombies_rescued(count: int) -> None:
     """The rescuer handed back ``count`` jobs."""
     if count:
         ZOMBIES_RESCUED.inc(count)
+
+
+def step_ran(task: str, outcome: str) -> None:
+    """A durable step ``ran`` or was ``replayed``."""
+    STEPS.labels(task, outcome).inc()
+
+
+def waited(kind: str, outcome: str) -> None:
+    """A sleep or a wait for a signal (``kind``) ended this way."""
+    WAITS.labels(kind, outcome).inc()
 
 
 def pruned(kind: str, count: int) -> None:

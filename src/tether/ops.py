@@ -13,6 +13,8 @@ PRUNE_KINDS = (
     "events",
     "dependencies",
     "artifacts",
+    "steps",
+    "signals",
     "cancellations",
     "audit",
     "workers",

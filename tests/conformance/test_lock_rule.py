@@ -111,6 +111,12 @@ WAITING = {
     # RowLocked after ROW_LOCK_WAIT (test_a_held_job_row_bounds_spawn_artifact_delete).
     "enqueue.DELETING": "SqlBase._transact_bounded",
     "leases.LEASE_HELD": "SqlBase._transact_bounded",
+    # A sleep or a wait and a signal take the job's row in turn, so that no wake-up is
+    # lost (tether.store.common.steps); a fenced transaction's lease check holds it to
+    # its commit. Each under SqlBase._transact_bounded (the test below).
+    "steps.LOCK_OWN_JOB": "SqlBase._transact_bounded",
+    "steps.LOCK_JOB": "SqlBase._transact_bounded",
+    "steps.FENCE": "SqlBase._transact_bounded",
 }
 
 
@@ -296,8 +302,8 @@ async def test_every_duty_returns_promptly_while_all_its_rows_are_held(
 
 
 async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
-    # The three writes that must wait on a job's row (WAITING) give up with RowLocked
-    # while another client holds it, and go through once it is free.
+    # The writes that must wait on a job's row (WAITING) give up with RowLocked while
+    # another client holds it, and go through once it is free.
     from tests.conformance.support import new_job, running_job
     from tether.store import create_store
     from tether.store.driver import ROW_LOCK_WAIT, lock_wait
@@ -319,8 +325,23 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
                     await store.spawn(job.id, job.lease_token, new_job("child", "q"))
                 with pytest.raises(RowLocked):
                     await store.save_artifact(job.id, job.lease_token, "a", b"x")
+                with pytest.raises(RowLocked):
+                    await store.save_step(job.id, job.lease_token, "s", "1")
+                with pytest.raises(RowLocked):
+                    await store.fence(job.id, job.lease_token)
+                with pytest.raises(RowLocked):
+                    await store.signal(job.id, "go", "1")
+                with pytest.raises(RowLocked):
+                    await store.wait(
+                        "w1", job.id, job.lease_token, "sleep:1", seconds=9, reason="r"
+                    )
             holder.rollback()
         assert await store.spawn(job.id, job.lease_token, new_job("child", "q")) is not None
         assert await store.save_artifact(job.id, job.lease_token, "a", b"x")
+        assert await store.save_step(job.id, job.lease_token, "s", "1")
+        assert await store.fence(job.id, job.lease_token)
+        assert await store.signal(job.id, "go", "1") == "kept"
+        parked = await store.wait("w1", job.id, job.lease_token, "sleep:1", seconds=9, reason="r")
+        assert parked.outcome == "parked"
     finally:
         await store.close()

@@ -25,6 +25,7 @@ from tether.store.protocols import (
     QueueStore,
     ScheduleStore,
     SchemaStore,
+    StepStore,
     WorkerStore,
 )
 
@@ -95,6 +96,7 @@ class Store(
     WorkerStore,
     MaintenanceStore,
     ScheduleStore,
+    StepStore,
     Protocol,
 ):
     """What tether needs from a database: every concern's protocol at once (see

@@ -9,7 +9,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tether import payload
-from tether.job import ArtifactInfo, CancellationRow, Job, JobEvent, LimitInfo, WorkerInfo
+from tether.job import (
+    ArtifactInfo,
+    CancellationRow,
+    Job,
+    JobEvent,
+    LimitInfo,
+    StepInfo,
+    WorkerInfo,
+)
 from tether.procinfo import PidSpace, WorkerProcess
 from tether.states import JobState
 
@@ -66,6 +74,13 @@ class RowReader:
         self._time: Callable[[Any], datetime | None] = epoch_to_dt if epoch_times else _identity
         # The driver hands out times, JSON and flags as tether keeps them (PostgreSQL).
         self._native = not text_json and not epoch_times
+        self._text_json = text_json
+
+    def json_text(self, value: Any) -> str | None:
+        """A JSON column as JSON text (PostgreSQL's driver hands it over decoded)."""
+        if value is None or self._text_json:
+            return None if value is None else str(value)
+        return json.dumps(value, separators=(",", ":"))
 
     def time(self, value: Any) -> datetime | None:
         """A time column as tether hands it out: an aware UTC datetime, or ``None``."""
@@ -188,6 +203,23 @@ class RowReader:
         created = self._time(row["created_at"])
         assert created is not None
         return ArtifactInfo(row["job_id"], row["name"], row["size"], created)
+
+    def step(self, row: Row) -> StepInfo:
+        """A :class:`StepInfo` from a ``tether_steps`` row."""
+        started = self._time(row["started_at"])
+        assert started is not None
+        return StepInfo(
+            job_id=row["job_id"],
+            name=row["name"],
+            kind=row["kind"],
+            state=row["state"],
+            result=self._json(row["result"]),
+            attempt=row["attempt"],
+            started_at=started,
+            finished_at=self._time(row["finished_at"]),
+            wakes_at=self._time(row["wakes_at"]),
+            usage=int(row["usage"]),
+        )
 
     def cancellation(self, row: Row) -> CancellationRow:
         """A :class:`CancellationRow` from a ``tether_cancellations`` row."""

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from tether import payload
 from tether.config import RetryPolicy
+from tether.durable import Parked
 from tether.errors import Cancelled, Fail, InvalidJobError, Retry, WaitForChildren
 from tether.job import Job, Outcome
 from tether.states import JobState
@@ -53,10 +54,12 @@ def decide(
     attempt: Attempt, *, max_payload_bytes: int, handler_start_timeout: float
 ) -> Outcome | None:
     """The outcome to record for ``attempt``; ``None`` when its lease is lost, for the
-    new holder of the job decides then."""
+    new holder of the job decides then, or when a sleep or a wait parked the job."""
     job = attempt.job
     if attempt.interrupt == "lease_lost":
         return None
+    if isinstance(attempt.value, Parked):
+        return None  # a sleep or a wait already released the job, with its lease
     if attempt.ending == "unstarted":
         return unstarted(
             job,

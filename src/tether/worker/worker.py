@@ -19,7 +19,8 @@ from tether import hints as h
 from tether import metrics
 from tether.children import children
 from tether.config import WorkerConfig
-from tether.context import JobContext
+from tether.context import CURRENT, JobContext
+from tether.durable import Parked, Steps
 from tether.errors import ConfigError, InvalidJobError, LeaseLostError
 from tether.executors import ThreadHandle, start_handler
 from tether.job import Beat, Job, JobFilter, Outcome
@@ -416,6 +417,15 @@ class Worker:
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
             threaded=task.executor == "thread",
+            steps=Steps(
+                job,
+                self.store,
+                worker_id=self.id,
+                url=self.app.url,
+                on_lease_lost=lambda: self._lease_lost(job.id),
+                usage=lambda: ctx.usage,
+                max_payload_bytes=self.app.config.max_payload_bytes,
+            ),
         )
         loop = asyncio.get_running_loop()
         run = Run(job, task, ctx)
@@ -443,13 +453,17 @@ class Worker:
         try:
             if unfit is not None:
                 raise unfit_arguments(unfit)
-            run.handle = start_handler(
-                task,
-                ctx,
-                self.threads.pool,
-                grace=self.config.cancel_grace,
-                kill_timeout=self.config.kill_timeout,
-            )
+            current = CURRENT.set(ctx)  # the handler's task (or thread) starts with it
+            try:
+                run.handle = start_handler(
+                    task,
+                    ctx,
+                    self.threads.pool,
+                    grace=self.config.cancel_grace,
+                    kill_timeout=self.config.kill_timeout,
+                )
+            finally:
+                CURRENT.reset(current)
         except Exception as exc:  # e.g. args the handler does not take: a failed attempt
             self._settle(run, "error", exc)
             return
@@ -529,7 +543,12 @@ class Worker:
         job = run.job
         try:
             outcome = self._outcome(run, kind, value)
-            metrics.job_ran(job.task, outcome, asyncio.get_running_loop().time() - run.began)
+            metrics.job_ran(
+                job.task,
+                outcome,
+                asyncio.get_running_loop().time() - run.began,
+                parked=isinstance(value, Parked),
+            )
             if outcome is None:
                 self._forget(run)
                 return

@@ -19,6 +19,7 @@ from tether.store.common.maintenance import MaintenanceSql
 from tether.store.common.queues import QueuesSql
 from tether.store.common.schedules import SchedulesSql
 from tether.store.common.schema import SchemaSql
+from tether.store.common.steps import StepsSql
 from tether.store.common.workers import WorkersSql
 
 
@@ -28,6 +29,7 @@ class SqlStore(
     EnqueueSql,
     FeedSql,
     JobsSql,
+    StepsSql,
     LeasesSql,
     MaintenanceSql,
     QueuesSql,

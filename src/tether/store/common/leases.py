@@ -136,21 +136,27 @@ class LeasesSql(SqlBase):
         self, worker_id: str, outcomes: Sequence[Outcome]
     ) -> tuple[set[int], set[int]]:
         """The ids recorded, and those skipped because someone else held their row."""
+
+        async def body(tx: Tx) -> tuple[set[int], set[int]]:
+            return await self._finish_in(tx, worker_id, outcomes)
+
+        return await self._change(body)
+
+    async def _finish_in(
+        self, tx: Tx, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> tuple[set[int], set[int]]:
+        """:meth:`_finish`'s statement and its consequences, in ``tx``."""
         q = self.sql.leases
         params = {
             "outcomes": q.outcomes(outcomes),
             "ids": [o.job_id for o in outcomes],
             "worker": worker_id,
         }
-
-        async def body(tx: Tx) -> tuple[set[int], set[int]]:
-            rows = await tx.tuples(q.FINISH, params)
-            accepted = {r[0] for r in rows if r[1]}
-            await self._after_transitions(tx, sorted(accepted))
-            await self._after_finish(tx, outcomes)
-            return accepted, {r[0] for r in rows if not r[1]}
-
-        return await self._change(body)
+        rows = await tx.tuples(q.FINISH, params)
+        accepted = {r[0] for r in rows if r[1]}
+        await self._after_transitions(tx, sorted(accepted))
+        await self._after_finish(tx, outcomes)
+        return accepted, {r[0] for r in rows if not r[1]}
 
     async def _after_finish(self, tx: Tx, outcomes: Sequence[Outcome]) -> None:
         """What a finish announces besides its transitions, in ``tx``: nothing here, as

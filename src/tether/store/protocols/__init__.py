@@ -17,6 +17,7 @@ and both stores implement it.
 ``WorkerStore``        the worker registry
 ``MaintenanceStore``   rescue, the maintenance leader's lease, retention
 ``ScheduleStore``      periodic schedules and the clock they go by
+``StepStore``          durable steps, sleeps, waits and the signals sent to jobs
 =====================  ============================================================
 """
 
@@ -32,6 +33,7 @@ from tether.store.protocols.maintenance import MaintenanceStore, ProcessGone
 from tether.store.protocols.queues import QueueStore
 from tether.store.protocols.schedules import ScheduleStore
 from tether.store.protocols.schema import SchemaStore
+from tether.store.protocols.steps import StepStore
 from tether.store.protocols.workers import WorkerStore
 
 __all__ = [
@@ -46,5 +48,6 @@ __all__ = [
     "QueueStore",
     "ScheduleStore",
     "SchemaStore",
+    "StepStore",
     "WorkerStore",
 ]

@@ -13,6 +13,7 @@ from tether.store.sql.postgres import (
     rows,
     schedules,
     schema,
+    steps,
     workers,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "rows",
     "schedules",
     "schema",
+    "steps",
     "workers",
 ]

@@ -175,5 +175,7 @@ DELETE_JOB = (
     "FROM tether_job_history WHERE job_id = %(id)s AND id IS NULL ORDER BY rank",
     "DELETE FROM tether_dependencies WHERE job_id = %(id)s",
     "DELETE FROM tether_artifacts WHERE job_id = %(id)s",
+    "DELETE FROM tether_steps WHERE job_id = %(id)s",
+    "DELETE FROM tether_signals WHERE job_id = %(id)s",
     "DELETE FROM tether_jobs WHERE id = %(id)s",
 )

@@ -172,7 +172,10 @@ WITH v AS (
                   ELSE j.attempt END,
         phase = CASE WHEN {_EFF} = 'blocked' THEN v.phase ELSE j.phase END,
         waiting_children = {_EFF} = 'blocked',
-        run_at = CASE WHEN v.state = 'retrying' THEN now() + make_interval(secs => v.delay)
+        -- A sleep or a wait for a signal (tether.store.common.steps) is a release
+        -- with a delay.
+        run_at = CASE WHEN v.state = 'retrying' OR (v.state = 'queued' AND v.delay > 0)
+                 THEN now() + make_interval(secs => v.delay)
                  WHEN v.state = 'queued' AND j.checkpoint IS NOT NULL
                  THEN LEAST(j.run_at, j.created_at)
                  ELSE j.run_at END,

@@ -188,6 +188,8 @@ PRUNE_TABLES = (
         "job_id = ANY(%(ids)s::bigint[]) OR depends_on = ANY(%(ids)s::bigint[])",
     ),
     ("artifacts", "tether_artifacts", "job_id = ANY(%(ids)s::bigint[])"),
+    ("steps", "tether_steps", "job_id = ANY(%(ids)s::bigint[])"),
+    ("signals", "tether_signals", "job_id = ANY(%(ids)s::bigint[])"),
     ("cancellations", "tether_cancellations", "job_id = ANY(%(ids)s::bigint[])"),
     ("jobs", "tether_jobs", "id = ANY(%(ids)s::bigint[])"),
 )

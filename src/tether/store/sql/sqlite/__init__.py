@@ -13,6 +13,7 @@ from tether.store.sql.sqlite import (
     rows,
     schedules,
     schema,
+    steps,
     workers,
     workflow,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "rows",
     "schedules",
     "schema",
+    "steps",
     "workers",
     "workflow",
 ]

@@ -131,5 +131,7 @@ SETTLE_DELETED = (
 DELETE_JOB = (
     "DELETE FROM tether_dependencies WHERE job_id = :id",
     "DELETE FROM tether_artifacts WHERE job_id = :id",
+    "DELETE FROM tether_steps WHERE job_id = :id",
+    "DELETE FROM tether_signals WHERE job_id = :id",
     "DELETE FROM tether_jobs WHERE id = :id",
 )

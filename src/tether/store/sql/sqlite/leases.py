@@ -157,7 +157,9 @@ FINISH = (
     "ELSE attempt END, "
     f"phase = CASE WHEN {_STATE} = 'blocked' THEN v.ph ELSE phase END, "
     f"waiting_children = {_STATE} = 'blocked', "
-    f"run_at = CASE WHEN v.st = 'retrying' THEN {NOW} + v.dl "
+    # A sleep or a wait for a signal is a release with a delay.
+    "run_at = CASE WHEN v.st = 'retrying' OR (v.st = 'queued' AND v.dl > 0) "
+    f"THEN {NOW} + v.dl "
     "WHEN v.st = 'queued' AND checkpoint IS NOT NULL THEN MIN(run_at, created_at) "
     "ELSE run_at END, "
     f"finished_at = CASE WHEN {_STATE} IN ({TERMINAL_SQL}) THEN {NOW} ELSE NULL END, "

@@ -121,6 +121,8 @@ PRUNE_TABLES = (
         f"job_id IN {each('ids')} OR depends_on IN {each('ids')}",
     ),
     ("artifacts", "tether_artifacts", f"job_id IN {each('ids')}"),
+    ("steps", "tether_steps", f"job_id IN {each('ids')}"),
+    ("signals", "tether_signals", f"job_id IN {each('ids')}"),
     ("cancellations", "tether_cancellations", f"job_id IN {each('ids')}"),
     ("jobs", "tether_jobs", f"id IN {each('ids')}"),
 )

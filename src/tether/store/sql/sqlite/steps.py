@@ -1,0 +1,51 @@
+"""Durable steps, sleeps and signals (see :mod:`tether.store.common.steps`)."""
+
+from tether.store.sql.sqlite.fragments import NOW
+
+STEPS = (
+    "SELECT job_id, name, kind, state, result, attempt, started_at, finished_at, wakes_at, "
+    "usage FROM tether_steps WHERE job_id = :id ORDER BY started_at, name"
+)
+STEP = (
+    "SELECT job_id, name, kind, state, result, attempt, started_at, finished_at, wakes_at, "
+    f"usage, wakes_at - {NOW} AS left_s FROM tether_steps WHERE job_id = :id AND name = :name"
+)
+
+# See the PostgreSQL text; the write lock serializes it with every other write.
+SAVE_STEP = (
+    "INSERT INTO tether_steps (job_id, name, kind, state, result, attempt, started_at, "
+    "finished_at, wakes_at, usage) "
+    f"SELECT :id, :name, :kind, :state, :result, attempt, {NOW} - :took, "
+    f"CASE WHEN :state = 'waiting' THEN NULL ELSE {NOW} END, "
+    f"CASE WHEN :wait IS NULL THEN NULL ELSE {NOW} + :wait END, :usage "
+    "FROM tether_jobs WHERE id = :id AND lease_token = :token AND state = 'running' "
+    "ON CONFLICT (job_id, name) DO UPDATE SET state = excluded.state, "
+    "result = excluded.result, attempt = excluded.attempt, "
+    "finished_at = excluded.finished_at, usage = tether_steps.usage + excluded.usage "
+    "WHERE tether_steps.state <> 'done'"
+)
+
+# No row locks: the write lock the transaction holds lets nothing change meanwhile.
+LOCK_OWN_JOB = (
+    "SELECT 1 FROM tether_jobs WHERE id = :id AND lease_token = :token AND state = 'running'"
+)
+LOCK_JOB = "SELECT state FROM tether_jobs WHERE id = :id"
+
+SIGNAL = "SELECT payload FROM tether_signals WHERE job_id = :id AND name = :name"
+SEND_SIGNAL = (
+    "INSERT INTO tether_signals (job_id, name, payload, sent_at, sent_by) "
+    f"VALUES (:id, :name, :payload, {NOW}, :actor) ON CONFLICT (job_id, name) DO NOTHING"
+)
+SAME_SIGNAL = (
+    "SELECT payload IS :payload AS same FROM tether_signals WHERE job_id = :id AND name = :name"
+)
+WAKE = (
+    f"UPDATE tether_jobs SET run_at = MIN(run_at, {NOW}) "
+    "WHERE id = :id AND state IN ('queued', 'retrying', 'paused') "
+    "AND EXISTS (SELECT 1 FROM tether_steps s WHERE s.job_id = :id AND s.name = :step "
+    "AND s.state = 'waiting') RETURNING queue"
+)
+
+# The caller's transaction holds the write lock (BEGIN IMMEDIATE): nothing changes
+# between this look and its commit.
+FENCE = "SELECT 1 FROM tether_jobs WHERE id = :id AND lease_token = :token AND state = 'running'"
