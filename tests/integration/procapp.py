@@ -66,6 +66,61 @@ def build_app(url: str) -> App:
         ctx.check_stopping()
         return None
 
+    def log_step(ctx: tether.JobContext, step: str) -> None:
+        """One line per step run: ``job attempt step pid`` (steps-<pid>.log)."""
+        line = f"{ctx.id} {ctx.attempt} {step} {os.getpid()}\n"
+        fd = os.open(
+            os.path.join(log_dir, f"steps-{os.getpid()}.log"),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        )
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    @app.task(name="six_steps", max_attempts=3)
+    async def six_steps(ctx: tether.JobContext) -> list[int]:
+        """Six durable steps; the first attempt hangs after the third (and is killed)."""
+        record(ctx)
+        out = []
+        for i in range(1, 7):
+
+            async def work(i: int = i) -> int:
+                log_step(ctx, f"s{i}")
+                return i
+
+            out.append(int(await ctx.step(f"s{i}", work)))
+            if i == 3 and ctx.attempt == 1:
+                await asyncio.sleep(3600)
+        return out
+
+    @app.task(name="zombie_effect", max_attempts=3)
+    async def zombie_effect(ctx: tether.JobContext) -> int:
+        """A step with a fenced write; the first attempt logs ``frozen`` and pauses for
+        the test to stop the process: on PostgreSQL inside the open transaction, after
+        its write; on SQLite before it (its transaction would hold the file's write lock
+        and stall everyone else meanwhile)."""
+        record(ctx)
+        inside = not app.url.startswith("sqlite")
+
+        async def effect() -> int:
+            if ctx.attempt == 1 and not inside:
+                log_step(ctx, "frozen")
+                await asyncio.sleep(3.0)
+            async with ctx.transaction() as conn:
+                sql = "INSERT INTO ledger (job_id, attempt) VALUES (%s, %s)"
+                if inside:
+                    await conn.execute(sql, (ctx.id, ctx.attempt))
+                else:
+                    conn.execute(sql.replace("%s", "?"), (ctx.id, ctx.attempt))
+            if ctx.attempt == 1 and inside:
+                log_step(ctx, "frozen")
+                await asyncio.sleep(3.0)
+            log_step(ctx, "effect")
+            return ctx.attempt
+
+        return int(await ctx.step("effect", effect))
+
     return app
 
 
