@@ -107,6 +107,7 @@ byte flocks;            /* foreign transactions holding rows (job rows, worker r
 bool foreign;           /* that transaction is open */
 byte ops;               /* a person's cancel / pause / retry */
 byte child;             /* a job that waits for its children */
+byte parks;             /* a handler's sleep or wait for a signal, which parks its job */
 
 /* ---------------------------------------------------------------- the protocol */
 
@@ -450,6 +451,7 @@ end:
         :: intr[IDX(w, j)] == 0 -> out = SUCCEEDED \
         :: intr[IDX(w, j)] == 0 -> if :: att[j] < MAXATT -> out = RETRYING :: else -> out = FAILED fi \
         :: intr[IDX(w, j)] == 0 && child > 0 -> child--; out = BLOCKED \
+        :: intr[IDX(w, j)] == 0 && parks > 0 -> parks--; out = QUEUED \
         fi; \
         STOP(w, j); \
         finish(w, j, t, out); \
@@ -480,7 +482,8 @@ active proctype Clock() {
         :: SCENARIOS & S_CRASH -> scenario = S_CRASH; exits = 1; stalls = 1
         :: SCENARIOS & S_CLOCK -> scenario = S_CLOCK; stalls = 1; steps = 1
         :: SCENARIOS & S_NETWORK -> scenario = S_NETWORK; delays = 1; losses = 1
-        :: SCENARIOS & S_REQUESTS -> scenario = S_REQUESTS; ops = 1; child = 1; losses = 1
+        :: SCENARIOS & S_REQUESTS -> scenario = S_REQUESTS; ops = 1; child = 1; parks = 1;
+            losses = 1
         :: SCENARIOS & S_LOCKS -> scenario = S_LOCKS; flocks = 1; delays = STALE_BEATS
         fi
     }
