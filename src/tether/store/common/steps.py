@@ -60,6 +60,18 @@ class StepsSql(LeasesSql):
         params = self._step_params(job_id, lease_token, name, "step", "done", result_json)
         params |= {"took": max(0.0, took), "usage": usage}
 
+        at_once = self.sql.steps.SAVE_STEP_AT_ONCE
+        if at_once is not None:
+
+            async def call(tx: Tx) -> bool:
+                row = await tx.one(at_once, params)
+                code = int(row["code"]) if row is not None else 0
+                if code < 0:
+                    raise self._already(params)
+                return code == 1
+
+            return await self._change(call)
+
         async def body(tx: Tx) -> bool:
             return await self._save_step_in(tx, params)
 
@@ -72,9 +84,7 @@ class StepsSql(LeasesSql):
         if await tx.run(self.sql.steps.SAVE_STEP, params) != 1:
             if not await self._lease_held(tx, params["id"], params["token"], no_cancel=False):
                 return False
-            raise DuplicateStepError(
-                f"step {params['name']!r} of job {params['id']} is already recorded"
-            )
+            raise self._already(params)
         if not await self._lease_held(tx, params["id"], params["token"], no_cancel=False):
             raise LeaseLost
         return True
@@ -85,6 +95,12 @@ class StepsSql(LeasesSql):
             return row is not None
 
         return await self._transact_bounded(body)
+
+    @staticmethod
+    def _already(params: dict[str, Any]) -> DuplicateStepError:
+        return DuplicateStepError(
+            f"step {params['name']!r} of job {params['id']} is already recorded"
+        )
 
     @staticmethod
     def _step_params(

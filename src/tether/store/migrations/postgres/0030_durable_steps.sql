@@ -34,3 +34,39 @@ CREATE TABLE tether_signals (
     sent_by TEXT,
     PRIMARY KEY (job_id, name)
 );
+
+-- A step's record in one round trip (tether.store.common.steps, save_step): 1 when it
+-- is recorded, 0 when the lease is lost, -1 when the step was already done. The lease's
+-- row is share-locked first, waiting for a rescue in flight (bounded, as in
+-- tether_limits_apply, unless the caller set a bound of its own), and held to the
+-- commit: a rescue cannot come between the check and the write, and a step whose lease
+-- was lost meanwhile is not written. The unique key can hold the INSERT up only for an
+-- attempt that holds the same lease, which cannot exist: a new token needs a rescue,
+-- and the rescue waits for this share lock.
+CREATE FUNCTION tether_save_step(p_id BIGINT, p_token BIGINT, p_name TEXT, p_result JSONB,
+                                 p_took DOUBLE PRECISION, p_usage BIGINT)
+RETURNS INTEGER LANGUAGE plpgsql AS $$
+DECLARE
+    n INTEGER;
+BEGIN
+    IF current_setting('lock_timeout') = '0' THEN
+        PERFORM set_config('lock_timeout', '2s', true);  -- driver.ROW_LOCK_WAIT
+    END IF;
+    PERFORM 1 FROM tether_jobs
+    WHERE id = p_id AND lease_token = p_token AND state = 'running' FOR SHARE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    INSERT INTO tether_steps (job_id, name, kind, state, result, attempt, started_at,
+                              finished_at, usage)
+    SELECT p_id, p_name, 'step', 'done', p_result, j.attempt,
+           now() - make_interval(secs => p_took), now(), p_usage
+    FROM tether_jobs j WHERE j.id = p_id
+    ON CONFLICT (job_id, name) DO UPDATE SET state = 'done', result = excluded.result,
+        attempt = excluded.attempt, finished_at = excluded.finished_at,
+        usage = tether_steps.usage + excluded.usage
+    WHERE tether_steps.state <> 'done';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN CASE WHEN n = 1 THEN 1 ELSE -1 END;
+END
+$$;

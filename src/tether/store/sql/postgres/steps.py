@@ -73,3 +73,9 @@ SELECT 1 FROM tether_jobs
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 FOR SHARE  -- waits, bounded: SqlBase._transact_bounded
 """
+
+# save_step in one round trip (see tether_save_step, migration 0030).
+SAVE_STEP_AT_ONCE = """
+SELECT tether_save_step(%(id)s, %(token)s, %(name)s, %(result)s::jsonb, %(took)s::float8,
+                        %(usage)s) AS code
+"""

@@ -49,3 +49,7 @@ WAKE = (
 # The caller's transaction holds the write lock (BEGIN IMMEDIATE): nothing changes
 # between this look and its commit.
 FENCE = "SELECT 1 FROM tether_jobs WHERE id = :id AND lease_token = :token AND state = 'running'"
+
+# No function to call: SAVE_STEP and FENCE in one transaction, which the store's thread
+# runs in one hop anyway.
+SAVE_STEP_AT_ONCE = None
