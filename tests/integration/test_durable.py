@@ -3,6 +3,7 @@ both stores."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import Any
 
@@ -301,3 +302,107 @@ async def test_the_step_decorator_runs_once_per_job(app: App, workers: StartWork
     await workers()
     done = await app.wait(job.id, timeout=20)
     assert done.result == 42 and calls == [21]
+
+
+async def _parked(app: App, job_id: int, step: str) -> tether.Job | None:
+    """The job, once it is parked in ``step`` (queued, the step waiting)."""
+    steps = {s.name: s.state for s in await app.durable.steps(job_id)}
+    job = await app.get(job_id)
+    return job if job.state is JobState.QUEUED and steps.get(step) == "waiting" else None
+
+
+async def test_pause_and_resume_act_on_a_waiting_job_as_on_a_queued_one(
+    app: App, workers: StartWorker
+) -> None:
+    @app.task(max_attempts=1)
+    async def approve(ctx: tether.JobContext) -> Any:
+        return await ctx.wait_for("approval")
+
+    job = await approve.enqueue()
+    await workers()
+    await eventually(lambda: _parked(app, job.id, "signal:approval"), timeout=10)
+    assert (await app.jobs.pause(job.id)).state is JobState.PAUSED
+    # A signal to a paused waiter is kept; the job runs once it is resumed.
+    assert await app.durable.signal(job.id, "approval", "go") == "woke"
+    assert (await app.get(job.id)).state is JobState.PAUSED
+    await app.jobs.resume(job.id)
+    done = await app.wait(job.id, timeout=20)
+    assert done.state is JobState.SUCCEEDED and done.result == "go" and done.attempt == 1
+
+
+async def test_a_cancel_cascades_to_a_sleeping_child(app: App, workers: StartWorker) -> None:
+    @app.task
+    async def child(ctx: tether.JobContext) -> None:
+        await ctx.sleep(3600)
+
+    @app.task
+    async def parent(ctx: tether.JobContext) -> None:
+        if ctx.phase is None:
+            await ctx.spawn(child)
+            raise tether.WaitForChildren("done")
+
+    job = await parent.enqueue()
+    await workers()
+
+    async def sleeping_child() -> tether.Job | None:
+        kids = await app.jobs.children(job.id)
+        return await _parked(app, kids[0].id, "sleep:1") if kids else None
+
+    kid = await eventually(sleeping_child, timeout=10)
+    await app.cancel(job.id, wait=5)
+    assert (await app.get(kid.id)).state is JobState.CANCELLED
+    assert (await app.get(job.id)).state is JobState.CANCELLED
+
+
+async def test_sleeps_and_waits_survive_a_restart_of_every_worker(
+    app: App, workers: StartWorker
+) -> None:
+    ran: list[str] = []
+
+    @app.task(max_attempts=1)
+    async def journey(ctx: tether.JobContext) -> Any:
+        await ctx.step("first", lambda: ran.append("first"))
+        await ctx.sleep(1.0)
+        await ctx.step("second", lambda: ran.append("second"))
+        return await ctx.wait_for("go")
+
+    job = await journey.enqueue()
+    first = await workers()
+    await eventually(lambda: _parked(app, job.id, "sleep:1"), timeout=10)
+    store = await app.store()
+    assert (await store.get(job.id)).lease_expires_at is None  # type: ignore[union-attr]
+    await first.stop()
+    await workers()
+    await eventually(lambda: _parked(app, job.id, "signal:go"), timeout=20)
+    assert (await app.get(job.id)).lease_expires_at is None
+    assert await app.durable.signal(job.id, "go", 5) == "woke"
+    done = await app.wait(job.id, timeout=20)
+    assert done.state is JobState.SUCCEEDED and done.result == 5 and done.attempt == 1
+    assert ran == ["first", "second"]
+
+
+async def test_a_budget_pauses_a_job_whose_steps_report_usage(
+    app: App, workers: StartWorker
+) -> None:
+    @app.task(max_attempts=1)
+    async def spender(ctx: tether.JobContext) -> None:
+        for i in range(5):
+
+            async def call(i: int = i) -> int:
+                ctx.report_usage(40)
+                return i
+
+            await ctx.step(f"call:{i}", call)
+            await asyncio.sleep(0.3)  # the heartbeat carries the usage; the pause follows
+
+    job = await spender.options(budget=100).enqueue()
+    await workers()
+
+    async def paused() -> tether.Job | None:
+        found = await app.get(job.id)
+        return found if found.state is JobState.PAUSED else None
+
+    await eventually(paused, timeout=20)
+    steps = await app.durable.steps(job.id)
+    assert [s.usage for s in steps][:3] == [40, 40, 40]
+    assert len(steps) <= 4

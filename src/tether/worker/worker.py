@@ -20,7 +20,7 @@ from tether import metrics
 from tether.children import children
 from tether.config import WorkerConfig
 from tether.context import CURRENT, JobContext
-from tether.durable import Parked, Steps
+from tether.durable import Parked, Steps, UserConnections
 from tether.errors import ConfigError, InvalidJobError, LeaseLostError
 from tether.executors import ThreadHandle, start_handler
 from tether.job import Beat, Job, JobFilter, Outcome
@@ -72,6 +72,8 @@ class Worker:
             max_abandoned=config.max_abandoned_threads,
             record=lambda abandoned, full: self.store.set_worker_threads(self.id, abandoned, full),
         )
+        #: The connections its handlers' fenced transactions borrow (PostgreSQL).
+        self.connections = UserConnections(app.url, self.concurrency)
         #: What the process should exit with: EXIT_RESTART once it stopped itself.
         self.exit_code = 0
         self._services: list[Service] = []
@@ -281,6 +283,8 @@ class Worker:
             await self.store.set_worker_state(self.id, "stopped")
         await self.threads.flush()  # no report of the pool's state outlives the worker
         self.threads.pool.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(Exception):
+            await self.connections.close()
         log.info("worker %s stopped", self.id)
         self._done.set()
 
@@ -422,6 +426,7 @@ class Worker:
                 self.store,
                 worker_id=self.id,
                 url=self.app.url,
+                connections=self.connections,
                 on_lease_lost=lambda: self._lease_lost(job.id),
                 usage=lambda: ctx.usage,
                 max_payload_bytes=self.app.config.max_payload_bytes,
