@@ -189,7 +189,7 @@ class Steps:
         *,
         worker_id: str,
         url: str,
-        connections: UserConnections,
+        connections: UserConnections | None,
         on_lease_lost: Callable[[], None],
         usage: Callable[[], int],
         max_payload_bytes: int,
@@ -383,6 +383,8 @@ class Steps:
         frame = self._frame_for_transaction()
         if self._url.startswith("sqlite"):
             fenced = FencedConnection(_sqlite_connection(self._url), self._url, self.job)
+        elif self._connections is None:
+            raise InvalidJobError("a fenced transaction needs a job run by a worker")
         else:
             pool = await self._connections.pool()
             conn = await pool.getconn()
@@ -408,6 +410,8 @@ class Steps:
         """:meth:`transaction` for a handler's thread: a blocking connection, whose
         lease check and commit run in this thread (on a loop of its own)."""
         frame = self._frame_for_transaction()
+        if not self._url:
+            raise InvalidJobError("a fenced transaction needs a job run by a worker")
         if self._url.startswith("sqlite"):
             conn: Any = _sqlite_connection(self._url)
         else:

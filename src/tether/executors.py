@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from tether.context import CURRENT, CancelSignal, JobContext, SyncJobContext
-from tether.errors import Cancelled, Fail, Retry
+from tether.errors import Cancelled, Fail, InvalidJobError, Retry
 from tether.job import JSON
 from tether.task import Task
 
@@ -232,6 +232,9 @@ def _rebuild(kind: str, message: str, delay: float | None) -> BaseException:
     return RuntimeError(message)
 
 
+_DURABLE = frozenset({"step", "sleep", "sleep_until", "wait_for", "transaction"})
+
+
 class ProcessJobContext:
     """The context a process handler gets: the same names, backed by the pipe."""
 
@@ -259,6 +262,15 @@ class ProcessJobContext:
         """Raise :class:`~tether.errors.Cancelled` once the worker is stopping."""
         if self.stopping.is_set():
             raise Cancelled("shutdown")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _DURABLE:
+            raise InvalidJobError(
+                f"ctx.{name}() is not available to executor='process' handlers: durable "
+                "steps, sleeps, waits and fenced transactions need an async or a thread "
+                "handler (which may run the heavy part in a process of its own)"
+            )
+        raise AttributeError(name)
 
     def save_checkpoint(self, data: JSON) -> None:
         """Durably save ``data`` through the worker (blocks until written)."""

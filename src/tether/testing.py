@@ -6,7 +6,9 @@
   this process until none is left; returns the jobs that ran, as they ended.
 - ``await task.call(**args)``: run a handler directly with a :class:`TestContext`, or
   ``await ctx.run(task, **args)`` with one you made, to set its checkpoint, cancel it and
-  read its checkpoints, progress, artifacts and spawned children.
+  read its checkpoints, progress, artifacts and spawned children; its durable steps run
+  in memory (``steps`` seeds what an earlier attempt finished, ``signals`` what was
+  sent; ``steps_run`` and ``sleeps`` record what this run did).
 - the pytest fixture ``tether_app``: a fresh in-memory App for each test (registered as
   a pytest plugin when tether is installed; otherwise add
   ``pytest_plugins = ["tether.testing"]`` to your ``conftest.py``).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -25,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import ParamSpec, TypeVar
 
 from tether.config import AppConfig
-from tether.context import JobContext, SyncJobContext
-from tether.job import JSON, Job
+from tether.context import CURRENT, JobContext, SyncJobContext
+from tether.durable import Steps
+from tether.errors import InvalidJobError
+from tether.job import JSON, Job, StepInfo, WaitResult
 from tether.states import JobState
 from tether.store import MEMORY_URL
 
@@ -97,9 +102,15 @@ class TestContext(JobContext):
         attempt: int = 1,
         phase: str | None = None,
         budget: int | None = None,
+        steps: dict[str, JSON] | None = None,
+        signals: dict[str, JSON] | None = None,
         max_payload_bytes: int = AppConfig.max_payload_bytes,
         max_artifact_bytes: int = AppConfig.max_artifact_bytes,
     ) -> None:
+        #: The durable steps this run ran (their names, in order), and its sleeps.
+        self.steps_run: list[str] = []
+        self.sleeps: list[float] = []
+        self._memory = _MemorySteps(self, steps or {}, signals or {})
         self.checkpoints: list[JSON] = []
         self.artifacts: dict[str, bytes] = {}
         self.spawned: list[tuple[str, dict[str, JSON]]] = []
@@ -118,6 +129,7 @@ class TestContext(JobContext):
             max_artifact_bytes=max_artifact_bytes,
             threaded=True,
         )
+        self._steps = self._memory.for_job(self.job, max_payload_bytes)
 
     def cancel(self, reason: str = "cancel") -> None:
         """Ask the handler to stop, as a cancel (or ``pause``) request does."""
@@ -133,13 +145,20 @@ class TestContext(JobContext):
         named = task.arguments.bind(args, kwargs)
         stored = task.arguments.for_storage(named)
         self.job = _job(task.name, stored, **self._seed, budget=self._budget)
+        self._steps = self._memory.for_job(self.job, self._max_payload)
         call_args = task.arguments.for_call(stored)
         fn: Callable[..., Any] = task.fn
         if task.executor == "async":
-            return await fn(self, **call_args)
+            current = CURRENT.set(self)  # for @tether.step functions, as a worker does
+            try:
+                return await fn(self, **call_args)
+            finally:
+                CURRENT.reset(current)
         loop = asyncio.get_running_loop()
         sync_ctx = SyncJobContext(self, loop)
-        return await loop.run_in_executor(None, lambda: fn(sync_ctx, **call_args))
+        context = contextvars.copy_context()
+        context.run(CURRENT.set, sync_ctx)
+        return await loop.run_in_executor(None, lambda: context.run(fn, sync_ctx, **call_args))
 
     async def _record_checkpoint(self, encoded: str) -> bool:
         self.checkpoints.append(json.loads(encoded))
@@ -161,6 +180,67 @@ class TestContext(JobContext):
 
     async def _list_children(self) -> list[Job]:
         return list(self._children_jobs)
+
+
+class _MemorySteps:
+    """A :class:`TestContext`'s durable steps, kept in memory: a step runs unless it was
+    seeded, a sleep is noted and returns, a wait returns its seeded signal (or, with a
+    timeout, raises :class:`~tether.errors.SignalTimeoutError`). Fenced transactions
+    need a database: test them with an App (``tether_app``)."""
+
+    def __init__(self, ctx: TestContext, done: dict[str, JSON], signals: dict[str, JSON]) -> None:
+        self._ctx = ctx
+        self._done = {name: json.dumps(value) for name, value in done.items()}
+        self._signals = signals
+
+    def for_job(self, job: Job, max_payload_bytes: int) -> Steps:
+        return Steps(
+            job,
+            self,  # type: ignore[arg-type]  # the StepStore calls Steps makes
+            worker_id="test",
+            url="",
+            connections=None,
+            on_lease_lost=lambda: self._ctx.cancelled.set("lease_lost"),
+            usage=lambda: self._ctx.usage,
+            max_payload_bytes=max_payload_bytes,
+        )
+
+    async def steps(self, job_id: int) -> list[StepInfo]:
+        now = datetime.now(UTC)
+        return [
+            StepInfo(job_id, name, "step", "done", json.loads(v), 1, now, now, None)
+            for name, v in self._done.items()
+        ]
+
+    async def save_step(
+        self, job_id: int, lease_token: int, name: str, result_json: str, **_: Any
+    ) -> bool:
+        self._ctx.steps_run.append(name)
+        self._done[name] = result_json
+        return True
+
+    async def wait(
+        self,
+        worker_id: str,
+        job_id: int,
+        lease_token: int,
+        name: str,
+        *,
+        signal: str | None = None,
+        seconds: float | None = None,
+        reason: str,
+    ) -> WaitResult:
+        if signal is None:
+            self._ctx.sleeps.append(seconds or 0.0)
+            return WaitResult("done")
+        if signal in self._signals:
+            return WaitResult("done", json.dumps(self._signals[signal]))
+        if seconds is not None:
+            return WaitResult("timed_out")
+        raise InvalidJobError(
+            f"the handler waits for signal {signal!r} with no timeout: give it to "
+            "TestContext(signals={...})"
+        )
 
 
 def _fixture() -> Any:

@@ -105,6 +105,15 @@ def whoami(ctx: Any) -> dict[str, Any]:
     return {"id": ctx.id, "attempt": getattr(ctx, "attempt", None)}
 
 
+def wants_steps(ctx: Any) -> str:
+    """Asks for a durable step, which process handlers do not get."""
+    try:
+        ctx.step("s", lambda: 1)
+    except Exception as exc:  # the error is the result
+        return f"{type(exc).__name__}: {exc}"
+    return "ran"
+
+
 NAMES: dict[str, Callable[..., Any]] = {
     "ignore_sigterm": ignore_sigterm,
     "cooperative": cooperative,
@@ -115,6 +124,7 @@ NAMES: dict[str, Callable[..., Any]] = {
     "lose_pipe_then_crash": lose_pipe_then_crash,
     "whoami": whoami,
     "until_file": until_file,
+    "wants_steps": wants_steps,
 }
 
 

@@ -131,6 +131,16 @@ async def test_process_handler_context_knows_its_job_id_and_attempt(
     assert done.result == {"id": job.id, "attempt": 1}
 
 
+async def test_a_process_handler_asking_for_a_durable_step_gets_a_clear_error(
+    app: App, workers: StartWorker
+) -> None:
+    tasks = register(app, max_attempts=1)
+    await workers()
+    job = await tasks["wants_steps"].enqueue()
+    done = await app.wait(job.id, timeout=30)
+    assert done.result.startswith("InvalidJobError: ctx.step() is not available")
+
+
 async def test_process_handler_sees_pause_as_the_reason_when_paused(
     app: App, workers: StartWorker
 ) -> None:

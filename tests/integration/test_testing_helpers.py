@@ -165,3 +165,43 @@ async def test_task_call_runs_a_thread_handler_with_the_blocking_context() -> No
     ctx = TestContext()
     assert await ctx.run(work, n=1) == 2
     assert (ctx.checkpoints, seen) == ([{"n": 1}], [False])
+
+
+async def test_a_test_context_runs_durable_steps_in_memory() -> None:
+    app = App(MEMORY_URL)
+    fetched: list[str] = []
+
+    @tether.step()
+    async def fetch(url: str) -> str:
+        fetched.append(url)
+        return url.upper()
+
+    @app.task
+    async def agent(ctx: JobContext) -> list[Any]:
+        plan = await ctx.step("plan", lambda: ["a", "b"])
+        pages = [await fetch(u) for u in ["x"]]
+        await ctx.sleep(60)
+        verdict = await ctx.wait_for("approval")
+        return [plan, pages, verdict]
+
+    # As a later attempt: "plan" was done before, the approval came.
+    ctx = TestContext(steps={"plan": ["p"]}, signals={"approval": True})
+    assert await ctx.run(agent) == [["p"], ["X"], True]
+    assert ctx.steps_run == ["test_a_test_context_runs_durable_steps_in_memory.<locals>.fetch"]
+    assert ctx.sleeps == [60] and fetched == ["x"]
+
+    waiting = TestContext()
+    with pytest.raises(tether.InvalidJobError, match="signals="):
+        await waiting.run(agent)
+
+
+def test_a_test_context_runs_a_thread_handlers_steps() -> None:
+    app = App(MEMORY_URL)
+
+    @app.task
+    def sync_agent(ctx: SyncJobContext) -> int:
+        return int(ctx.step("one", lambda: 1)) + int(ctx.step("two", lambda: 2))
+
+    ctx = TestContext(steps={"one": 10})
+    assert asyncio.run(ctx.run(sync_agent)) == 12
+    assert ctx.steps_run == ["two"]
