@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 
 from tether import metrics, payload
 from tether.errors import (
+    Cancelled,
     DuplicateStepError,
     InvalidJobError,
     LeaseLostError,
@@ -193,6 +194,7 @@ class Steps:
         on_lease_lost: Callable[[], None],
         usage: Callable[[], int],
         max_payload_bytes: int,
+        stop_requested: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.job = job
         self._store = store
@@ -201,6 +203,7 @@ class Steps:
         self._connections = connections
         self._on_lease_lost = on_lease_lost
         self._usage = usage
+        self._stop_requested = stop_requested
         self._max_payload = max_payload_bytes
         self._known: dict[str, StepInfo] | None = None
         self._seen: set[str] = set()
@@ -355,6 +358,11 @@ class Steps:
     async def _park(
         self, name: str, signal: str | None, seconds: float | None, reason: str
     ) -> JSON:
+        asked = self._stop_requested()
+        if asked is not None:
+            # A cancel, a pause (a person's, or the budget's) or a lost lease comes
+            # first: the attempt ends as asked, and a later one sleeps or waits again.
+            raise Cancelled(asked)
         found = await self._store.wait(
             self._worker,
             self.job.id,
@@ -363,6 +371,7 @@ class Steps:
             signal=signal,
             seconds=seconds,
             reason=reason,
+            usage=self._usage() if self._usage() != self.job.usage else None,
         )
         kind = "sleep" if signal is None else "signal"
         metrics.waited(kind, found.outcome)

@@ -203,6 +203,7 @@ class _MemorySteps:
             on_lease_lost=lambda: self._ctx.cancelled.set("lease_lost"),
             usage=lambda: self._ctx.usage,
             max_payload_bytes=max_payload_bytes,
+            stop_requested=lambda: self._ctx.cancelled.reason if self._ctx.cancelled else None,
         )
 
     async def steps(self, job_id: int) -> list[StepInfo]:
@@ -229,6 +230,7 @@ class _MemorySteps:
         signal: str | None = None,
         seconds: float | None = None,
         reason: str,
+        usage: int | None = None,
     ) -> WaitResult:
         if signal is None:
             self._ctx.sleeps.append(seconds or 0.0)

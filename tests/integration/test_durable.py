@@ -406,3 +406,27 @@ async def test_a_budget_pauses_a_job_whose_steps_report_usage(
     steps = await app.durable.steps(job.id)
     assert [s.usage for s in steps][:3] == [40, 40, 40]
     assert len(steps) <= 4
+
+
+async def test_usage_reported_before_a_sleep_is_kept_and_counts_against_the_budget(
+    app: App, workers: StartWorker
+) -> None:
+    @app.task(max_attempts=1)
+    async def costly(ctx: tether.JobContext) -> None:
+        # Usage is reported in steps: code outside them runs again on every replay.
+        await ctx.step("first", ctx.report_usage, 30)
+        await ctx.sleep(0.2)  # the usage is not yet carried by a heartbeat: the park does
+        await ctx.step("second", ctx.report_usage, 30)
+        await ctx.sleep(0.2, name="again")  # over the budget: paused, not parked
+
+    job = await costly.options(budget=50).enqueue()
+    await workers(heartbeat_interval=5.0, lease_duration=20.0)
+
+    async def paused() -> tether.Job | None:
+        found = await app.get(job.id)
+        return found if found.state is JobState.PAUSED else None
+
+    stopped = await eventually(paused, timeout=20)
+    assert stopped.usage == 60 and "budget" in (stopped.pause_reason or "")
+    steps = {s.name: (s.state, s.usage) for s in await app.durable.steps(job.id)}
+    assert steps == {"first": ("done", 30), "sleep:1": ("done", 0), "second": ("done", 30)}

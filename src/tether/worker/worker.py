@@ -430,6 +430,7 @@ class Worker:
                 on_lease_lost=lambda: self._lease_lost(job.id),
                 usage=lambda: ctx.usage,
                 max_payload_bytes=self.app.config.max_payload_bytes,
+                stop_requested=lambda: ctx.cancelled.reason if ctx.cancelled else None,
             ),
         )
         loop = asyncio.get_running_loop()

@@ -47,6 +47,7 @@ class StepStore(Protocol):
         signal: str | None = None,
         seconds: float | None = None,
         reason: str,
+        usage: int | None = None,
     ) -> WaitResult:
         """Sleep (``signal`` ``None``) or wait for ``signal``, under the step ``name``.
 
@@ -55,7 +56,9 @@ class StepStore(Protocol):
         ``done`` or ``timed_out``; anything else records the step as waiting (for
         ``seconds`` from now the first time, ``None``: no limit) and parks the job, back
         to ``queued`` until then with its attempt unspent (``parked``). A pending cancel
-        or pause applies as at any release. ``lost``: the lease is gone."""
+        or pause applies as at any release, and ``usage`` (the attempt's, if it changed)
+        is written with the park, so a budget it exceeds pauses the job.
+        ``lost``: the lease is gone."""
 
     async def signal(
         self, job_id: int, name: str, payload_json: str | None, actor: str | None = None
