@@ -322,6 +322,9 @@ class Steps:
             signal=signal,
             seconds=seconds,
             reason=reason,
+            # The usage reported so far is written as the job parks, as with an outcome:
+            # a heartbeat may not have carried it yet, and a replay starts from it.
+            usage=used if (used := self._usage()) != self.job.usage else None,
         )
         kind = "sleep" if signal is None else "signal"
         metrics.waited(kind, found.outcome)

@@ -301,3 +301,29 @@ async def test_the_step_decorator_runs_once_per_job(app: App, workers: StartWork
     await workers()
     done = await app.wait(job.id, timeout=20)
     assert done.result == 42 and calls == [21]
+
+
+async def test_usage_before_a_sleep_still_counts_against_the_budget_after_it(
+    app: App, workers: StartWorker
+) -> None:
+    @app.task(max_attempts=1)
+    async def spender(ctx: tether.JobContext) -> int:
+        def spend(n: int) -> int:
+            ctx.report_usage(n)
+            return n
+
+        await ctx.step("first", spend, 8)
+        await ctx.sleep(0.2)  # parks before any heartbeat could carry the usage
+        await ctx.step("second", spend, 8)
+        ctx.check_cancelled()
+        return ctx.usage
+
+    job = await spender.options(budget=10).enqueue()
+    await workers()
+
+    async def paused() -> tether.Job | None:
+        found = await app.get(job.id)
+        return found if found.state is JobState.PAUSED else None
+
+    over = await eventually(paused, timeout=15)
+    assert over.usage == 16

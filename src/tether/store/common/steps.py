@@ -112,6 +112,7 @@ class StepsSql(LeasesSql):
         signal: str | None = None,
         seconds: float | None = None,
         reason: str,
+        usage: int | None = None,
     ) -> WaitResult:
         q = self.sql.steps
         kind = "sleep" if signal is None else "signal"
@@ -151,6 +152,7 @@ class StepsSql(LeasesSql):
                 JobState.QUEUED,
                 delay=FOREVER if left is None else left,
                 reason=reason,
+                usage=usage,
             )
             accepted, _ = await self._finish_in(tx, worker_id, [park])
             return WaitResult("parked" if accepted else "lost")

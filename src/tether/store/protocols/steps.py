@@ -47,6 +47,7 @@ class StepStore(Protocol):
         signal: str | None = None,
         seconds: float | None = None,
         reason: str,
+        usage: int | None = None,
     ) -> WaitResult:
         """Sleep (``signal`` ``None``) or wait for ``signal``, under the step ``name``.
 
@@ -55,7 +56,8 @@ class StepStore(Protocol):
         ``done`` or ``timed_out``; anything else records the step as waiting (for
         ``seconds`` from now the first time, ``None``: no limit) and parks the job, back
         to ``queued`` until then with its attempt unspent (``parked``). A pending cancel
-        or pause applies as at any release. ``lost``: the lease is gone."""
+        or pause applies as at any release. ``lost``: the lease is gone. ``usage``: the
+        job's usage so far, written when it parks (as an outcome carries it)."""
 
     async def signal(
         self, job_id: int, name: str, payload_json: str | None, actor: str | None = None
