@@ -232,8 +232,8 @@ class JobContext:
         await self.sleep((when - datetime.now(UTC)).total_seconds(), name=name)
 
     async def wait_for(self, signal: str, *, timeout: float | None = None) -> JSON:
-        """Wait for the signal ``signal`` (``app.signal(job_id, signal, payload)``) and
-        return its payload.
+        """Wait for the signal ``signal`` (``app.durable.signal(job_id, signal, payload)``)
+        and return its payload.
 
         A signal sent before the wait is kept and returned at once. Otherwise the job
         gives back its lease and its slot, spends no attempt, and runs again when the
