@@ -389,6 +389,60 @@ def test_job_show_prints_fields_and_history(runner: CliRunner, sqlite_url: str) 
     assert_one_line_error(tether(runner, "job", "show", "999", "-d", sqlite_url), 1, "999")
 
 
+def test_job_show_lists_steps_and_what_a_parked_job_waits_for_and_signal_wakes_it(
+    runner: CliRunner, sqlite_url: str
+) -> None:
+    (job,) = _enqueue(sqlite_url, 1)
+    claimed = claim_one(sqlite_url)
+
+    async def park(store: Store) -> str:
+        assert await store.save_step(job.id, claimed.lease_token, "plan", '{"pages": 3}')
+        worker = claimed.worker_id or ""
+        found = await store.wait(
+            worker,
+            job.id,
+            claimed.lease_token,
+            "signal:approval",
+            signal="approval",
+            seconds=3600,
+            reason="waiting for signal 'approval'",
+        )
+        return found.outcome
+
+    assert with_store(sqlite_url, park) == "parked"
+    shown = tether(runner, "job", "show", str(job.id), "-d", sqlite_url)
+    assert shown.exit_code == 0, shown.output
+    for needle in ("steps", "plan", '{"pages":3}', "signal:approval", "times out"):
+        assert needle in shown.stdout
+    assert "waiting for signal 'approval', until" in shown.stdout
+    data = json.loads(tether(runner, "job", "show", str(job.id), "-d", sqlite_url, "--json").stdout)
+    assert [(s["name"], s["state"]) for s in data["steps"]] == [
+        ("plan", "done"),
+        ("signal:approval", "waiting"),
+    ]
+    assert data["waiting_for"].startswith("waiting for signal 'approval'")
+
+    bad = tether(
+        runner, "job", "signal", str(job.id), "approval", "--payload", "{no", "-d", sqlite_url
+    )
+    assert_one_line_error(bad, 2, "--payload is not valid JSON")
+    sent = tether(
+        runner, "job", "signal", str(job.id), "approval", "--payload", '{"ok": 1}', "-d", sqlite_url
+    )
+    assert sent.exit_code == 0 and "runs again now" in sent.stdout, sent.output
+    again = tether(
+        runner, "job", "signal", str(job.id), "approval", "--payload", '{"ok": 1}', "-d", sqlite_url
+    )
+    assert again.exit_code == 0 and "nothing changed" in again.stdout, again.output
+    other = tether(
+        runner, "job", "signal", str(job.id), "approval", "--payload", '{"ok": 2}', "-d", sqlite_url
+    )
+    assert_one_line_error(other, 1, "another payload")
+    assert_one_line_error(
+        tether(runner, "job", "signal", "999", "approval", "-d", sqlite_url), 1, "999"
+    )
+
+
 def test_job_wait_exits_0_only_for_success(runner: CliRunner, sqlite_url: str) -> None:
     good, bad = _enqueue(sqlite_url, 2)
     succeed(sqlite_url, claim_one(sqlite_url))

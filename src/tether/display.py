@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from rich.text import Text
 
-from tether.job import Job
+from tether.job import Job, StepInfo
 
 STATE_STYLES: dict[str, str] = {
     "queued": "cyan",
@@ -94,6 +96,42 @@ def duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def took(start: datetime, end: datetime) -> str:
+    """How long something took: milliseconds below 10 s, else as :func:`duration`."""
+    seconds = max(0.0, (end - start).total_seconds())
+    if seconds < 10:
+        return f"{seconds * 1000:,.0f}ms" if seconds < 1 else f"{seconds:.1f}s"
+    return duration(seconds)
+
+
+def when(stamp: datetime, now: datetime) -> str:
+    """A time with how far it is from ``now``: ``2026-11-28 17:05:00 UTC (in 4m10s)``."""
+    rel = f"in {duration((stamp - now).total_seconds())}" if stamp > now else "now"
+    return f"{stamp.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({rel})"
+
+
+def preview(value: Any, limit: int = 80) -> str:
+    """A JSON value on one line, shortened."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def waiting_for(job: Job, steps: Sequence[StepInfo], now: datetime) -> str | None:
+    """What a parked job waits for, in words (``None``: it waits for nothing): its
+    sleep's end, or a signal, from the step that parked it."""
+    if job.state.value not in ("queued", "paused"):
+        return None
+    for step in steps:
+        if step.state != "waiting":
+            continue
+        if step.kind == "sleep":
+            return f"sleeping until {when(step.wakes_at, now)}" if step.wakes_at else "sleeping"
+        signal = step.name.removeprefix("signal:")
+        limit = f"until {when(step.wakes_at, now)}" if step.wakes_at else "with no time limit"
+        return f"waiting for signal {signal!r}, {limit}"
+    return None
 
 
 def first_line(text: str | None, limit: int = 80) -> str:

@@ -68,6 +68,7 @@ _GROUPS: dict[str, tuple[str, dict[str, Callable[..., Any]]]] = {
             "retry": jobs.job_retry,
             "delete": jobs.job_delete,
             "wait": jobs.job_wait,
+            "signal": jobs.job_signal,
         },
     ),
     "queue": (

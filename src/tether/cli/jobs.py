@@ -32,7 +32,7 @@ from tether.cli.common import (
 )
 from tether.cli.output import Cell, Column, Row, details, listing, out, print_json, table, watching
 from tether.errors import InvalidJobError
-from tether.job import JSON, Job, JobEvent
+from tether.job import JSON, Job, JobEvent, StepInfo
 from tether.states import JobState
 from tether.task import EnqueueOptions
 
@@ -197,24 +197,55 @@ def job_show(
     """Show every field of one job, its history, and its cancellation if any."""
     app = open_app(database, app_ref)
 
-    async def fetch() -> tuple[Job, list[JobEvent], CancellationRecord | None, str | None]:
+    async def fetch() -> tuple[
+        Job, list[JobEvent], CancellationRecord | None, str | None, list[StepInfo]
+    ]:
         job = await app.get(job_id)
         return (
             job,
             await app.jobs.events(job_id),
             await app.cancellations.get(job_id),
             await app.jobs.unserved_reason(job),
+            await app.durable.steps(job_id),
         )
 
-    job, events, cancellation, unserved = run(app, fetch())
+    job, events, cancellation, unserved, steps = run(app, fetch())
+    now = now_utc()
+    waits = display.waiting_for(job, steps, now)
     if as_json:
         print_json(
-            {"job": job, "events": events, "cancellation": cancellation, "unserved": unserved}
+            {
+                "job": job,
+                "events": events,
+                "cancellation": cancellation,
+                "unserved": unserved,
+                "steps": steps,
+                "waiting_for": waits,
+            }
         )
         return
-    out.print(details(_job_fields(job, now_utc())))
+    out.print(details(_job_fields(job, now)))
+    if waits is not None:
+        out.print(Text(f"⏸ {waits}", style="cyan"))
     if unserved is not None:
         out.print(Text(f"⚠ waiting forever: {unserved}", style="yellow"))
+    if steps:
+        out.print()
+        out.print(
+            table(
+                [
+                    Column("step", overflow="fold"),
+                    Column("kind", no_wrap=True),
+                    Column("state", no_wrap=True),
+                    Column("attempt", justify="right"),
+                    Column("took", justify="right", no_wrap=True),
+                    Column("usage", justify="right"),
+                    Column("result", overflow="fold"),
+                ],
+                (_step_row(step, now) for step in steps),
+                title="steps",
+            )
+        )
     out.print()
     out.print(
         table(
@@ -260,6 +291,68 @@ def _job_fields(job: Job, now: datetime) -> Iterator[tuple[str, Cell]]:
             )
             text = f"{value}  ({rel})"
         yield name, text
+
+
+def _step_row(step: StepInfo, now: datetime) -> tuple[Cell, ...]:
+    took = display.took(step.started_at, step.finished_at) if step.finished_at else ""
+    if step.state == "waiting":
+        ends = "wakes" if step.kind == "sleep" else "times out"
+        result: Cell = Text(
+            "no time limit"
+            if step.wakes_at is None
+            else f"{ends} {display.when(step.wakes_at, now)}",
+            style="cyan",
+        )
+    else:
+        result = display.preview(step.result, 80)
+    return (
+        step.name,
+        step.kind,
+        display.state_text(step.state),
+        str(step.attempt),
+        took,
+        str(step.usage) if step.usage else "",
+        result,
+    )
+
+
+@friendly
+def job_signal(
+    job_id: JobIdArg,
+    name: Annotated[str, typer.Argument(help="The signal's name, as ctx.wait_for() names it.")],
+    payload_text: Annotated[
+        str,
+        typer.Option(
+            "--payload",
+            help="The signal's payload, as JSON (e.g. '{\"approved\": true}'); "
+            "@file reads a file, - reads stdin.",
+        ),
+    ] = "null",
+    database: DatabaseOpt = None,
+    app_ref: AppOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a signal to a job that waits (or will wait) for it with ctx.wait_for().
+
+    A job parked in its wait runs again at once; a signal sent before the wait is kept
+    until the job reaches it. Sending the same signal again changes nothing.
+    """
+    try:
+        value = json.loads(_read_args(payload_text))
+    except ValueError as exc:
+        raise InvalidJobError(f"--payload is not valid JSON: {exc}") from exc
+    app = open_app(database, app_ref)
+    answer = run(app, app.durable.signal(job_id, name, value, actor=app.actor))
+    if as_json:
+        print_json({"job_id": job_id, "signal": name, "answer": answer})
+        return
+    out.print(
+        {
+            "woke": f"job {job_id} was waiting for {name!r}: it runs again now",
+            "kept": f"signal {name!r} kept: job {job_id} gets it when it waits for it",
+            "duplicate": f"job {job_id} already had this signal {name!r}; nothing changed",
+        }[answer]
+    )
 
 
 def _event_row(ev: JobEvent) -> tuple[Cell, ...]:
