@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -282,3 +283,51 @@ async def test_rate_limit_per_token(authed: Client) -> None:
     assert int(res.headers["retry-after"]) >= 1
     # Another token has its own bucket.
     assert (await authed.get("alice", "/api/stats")).status_code == 200
+
+
+async def test_a_jobs_steps_and_a_signal_that_wakes_it(
+    tapp: App, authed: Client, job_in: JobIn
+) -> None:
+    queued = await job_in("queued")
+    store = await tapp.store()
+    (claimed,) = await store.claim("w1", [queued.queue], ["echo"], 1, 60.0)
+    assert await store.save_step(queued.id, claimed.lease_token, "plan", '{"n": 2}')
+    parked = await store.wait(
+        "w1", queued.id, claimed.lease_token, "signal:approval", signal="approval",
+        reason="waiting for signal 'approval'",
+    )  # fmt: skip
+    assert parked.outcome == "parked"
+
+    res = await authed.get("alice", f"/api/jobs/{queued.id}/steps")
+    assert res.status_code == 200, res.text
+    body = res.json()
+    assert [(s["name"], s["kind"], s["state"]) for s in body["items"]] == [
+        ("plan", "step", "done"),
+        ("signal:approval", "signal", "waiting"),
+    ]
+    assert body["items"][0]["result"] == {"n": 2} and body["items"][1]["wakes_at"] is None
+    assert body["waiting_for"] == "waiting for signal 'approval', with no time limit"
+    assert (await authed.get("bob", f"/api/jobs/{queued.id}/steps")).status_code == 404
+
+    path = f"/api/jobs/{queued.id}/signals/approval"
+    res = await authed.post("alice", path, json={"payload": {"approved": True}})
+    assert res.json() == {"job_id": queued.id, "signal": "approval", "answer": "woke"}
+    assert (await tapp.get(queued.id)).run_at <= datetime.now(UTC)
+    again = await authed.post("alice", path, json={"payload": {"approved": True}})
+    assert again.json()["answer"] == "duplicate"
+    assert_error(
+        await authed.post("alice", path, json={"payload": {"approved": False}}),
+        409,
+        "signal_conflict",
+    )
+    assert_error(
+        await authed.post("alice", f"/api/jobs/{queued.id}/signals/bad%0Aname", json={}),
+        422,
+        "invalid_request",
+    )
+    done = await job_in("succeeded")
+    assert_error(
+        await authed.post("alice", f"/api/jobs/{done.id}/signals/approval", json={}),
+        409,
+        "illegal_transition",
+    )

@@ -48,6 +48,7 @@ ENDPOINTS = [
     Endpoint("resume", "POST", "/api/jobs/{id}/resume", "paused"),
     Endpoint("retry", "POST", "/api/jobs/{id}/retry", "failed"),
     Endpoint("delete", "DELETE", "/api/jobs/{id}", "queued"),
+    Endpoint("signal", "POST", "/api/jobs/{id}/signals/approval", "queued", {"payload": 1}),
     Endpoint("queue-pause", "POST", "/api/queues/{queue}/pause", None, admin_only=True),
     Endpoint("queue-resume", "POST", "/api/queues/{queue}/resume", None, admin_only=True),
 ]

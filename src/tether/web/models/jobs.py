@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from tether import payload
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
-from tether.job import Job, JobEvent
+from tether.job import Job, JobEvent, StepInfo
 from tether.states import JobState
 from tether.web.models.common import MAX_ID, MAX_INT, JobId, Name, SafeName, Text, _In
 
@@ -386,3 +386,57 @@ class Deleted(BaseModel):
 
     deleted: int
     children_cancelled: list[int]
+
+
+class DurableStepOut(BaseModel):
+    """A durable step of a job: a function's result (``step``), a sleep or a wait for a
+    signal; ``state`` is ``done``, ``waiting`` (until ``wakes_at``; null: no limit) or
+    ``timed_out``."""
+
+    name: str
+    kind: Literal["step", "sleep", "signal"]
+    state: Literal["done", "waiting", "timed_out"]
+    result: Any = None
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    wakes_at: datetime | None
+    usage: int
+
+    @classmethod
+    def of(cls, step: StepInfo) -> DurableStepOut:
+        """The API view of a step."""
+        return cls(
+            name=step.name,
+            kind=step.kind,  # type: ignore[arg-type]  # the table's CHECK holds it
+            state=step.state,  # type: ignore[arg-type]
+            result=step.result,
+            attempt=step.attempt,
+            started_at=step.started_at,
+            finished_at=step.finished_at,
+            wakes_at=step.wakes_at,
+            usage=step.usage,
+        )
+
+
+class DurableStepList(BaseModel):
+    """A job's durable steps in the order they began, and what it waits for, in words
+    (null: nothing; it is not parked in a sleep or a wait)."""
+
+    items: list[DurableStepOut]
+    waiting_for: str | None
+
+
+class SignalIn(_In):
+    """A signal's payload: any JSON value (``ctx.wait_for`` returns it)."""
+
+    payload: Any = None
+
+
+class SignalOut(BaseModel):
+    """What became of a signal: ``woke`` (the job was parked waiting for it and runs
+    now), ``kept`` (it gets it when it waits) or ``duplicate`` (already sent)."""
+
+    job_id: int
+    signal: str
+    answer: Literal["woke", "kept", "duplicate"]

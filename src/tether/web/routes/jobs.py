@@ -1,14 +1,17 @@
-"""Jobs: enqueue, list, read, history, cancel, pause, resume, retry, delete."""
+"""Jobs: enqueue, list, read, history, cancel, pause, resume, retry, delete, durable steps
+and signals."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
+from tether import display
 from tether.errors import JobNotFoundError
 from tether.job import Job
 from tether.states import JobState
@@ -22,6 +25,8 @@ from tether.web.models import (
     CancellationRecordOut,
     CancellationStatus,
     Deleted,
+    DurableStepList,
+    DurableStepOut,
     EnqueueIn,
     EventList,
     EventOut,
@@ -31,6 +36,8 @@ from tether.web.models import (
     JobRef,
     PauseIn,
     ResumeIn,
+    SignalIn,
+    SignalOut,
 )
 from tether.web.redact import for_member
 from tether.web.routes import ERRORS
@@ -256,6 +263,44 @@ async def cancellation_status(
 
 def _done(settled: bool, job: Job) -> bool:
     return settled and job.state is not JobState.RUNNING
+
+
+@router.get(
+    "/jobs/{job_id}/steps",
+    response_model=DurableStepList,
+    summary="A job's durable steps, and what it waits for",
+)
+async def job_steps(job_id: JobIdPath, caller: Reader) -> DurableStepList:
+    async with caller.attempt(_target(job_id), mutation=False):
+        job = await caller.job(job_id)
+    steps = await caller.app.durable.steps(job_id)
+    return DurableStepList(
+        items=[DurableStepOut.of(s) for s in steps],
+        waiting_for=display.waiting_for(job, steps, datetime.now(UTC)),
+    )
+
+
+@router.post(
+    "/jobs/{job_id}/signals/{name}",
+    response_model=SignalOut,
+    summary="Send a signal to a job",
+    description="For `ctx.wait_for(name)`: a job parked in that wait runs again at once; a "
+    "signal sent before the wait is kept until the job reaches it. The same signal sent "
+    "again is a `duplicate`; another payload under the same name is refused (409), as is "
+    "a signal to a finished job or past its wait's timeout.",
+)
+async def signal_job(
+    job_id: JobIdPath,
+    name: Annotated[str, Path(min_length=1, max_length=200, pattern=NAME)],
+    caller: Annotated[Caller, Depends(require("job.signal", WRITERS))],
+    body: Annotated[SignalIn | None, Body()] = None,
+) -> SignalOut:
+    async with caller.attempt(_target(job_id), mutation=True):
+        await caller.job(job_id)
+        answer = await caller.app.durable.signal(
+            job_id, name, body.payload if body else None, actor=caller.principal.name
+        )
+    return SignalOut(job_id=job_id, signal=name, answer=answer)  # type: ignore[arg-type]
 
 
 @router.post("/jobs/{job_id}/pause", response_model=JobOut, summary="Pause a job")
