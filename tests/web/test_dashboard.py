@@ -92,6 +92,17 @@ async def explode(ctx, message=""):
     raise Fail(message)
 
 
+@app.task(name="approval")
+async def approval(ctx, cost=10):
+    """A planned step, then a person's decision, then the costly step if approved."""
+    plan = await ctx.step("plan", lambda: {{"cost": cost}})
+    decision = await ctx.wait_for("approval")
+    if not decision.get("approved"):
+        return {{"status": "rejected", "by": decision.get("by")}}
+    done = await ctx.step("spend", lambda: plan["cost"])
+    return {{"status": "done", "spent": done, "by": decision.get("by")}}
+
+
 if __name__ == "__main__":
     name, queues = sys.argv[1], tuple(sys.argv[2].split(","))
     config = WorkerConfig(
@@ -331,6 +342,32 @@ def test_pause_and_resume_continue_from_the_checkpoint(page: Page, stack: Stack)
     expect(state_of(page)).to_have_text("succeeded", timeout=15_000)
     result = stack.job(job_id)["result"]
     assert result == {"resumed_from": at, "steps": 30}  # not from step 0
+
+
+def test_approve_and_reject_a_job_that_waits_for_a_person(page: Page, stack: Stack) -> None:
+    approved, rejected = (stack.enqueue("approval", {"cost": 7}) for _ in range(2))
+    login(page, stack)
+    for job_id in (approved, rejected):
+        page.goto(f"/jobs/{job_id}")
+        expect(page.locator("#job-waiting")).to_contain_text(
+            "waiting for signal 'approval', with no time limit"
+        )
+        expect(page.locator("#steps .durable-step")).to_have_count(2)
+        expect(page.locator("#steps")).to_contain_text("plan")
+    page.goto(f"/jobs/{approved}")
+    shot(page, "job-waiting-for-approval")
+    page.click("#signal-approval button.approve")
+    expect(page.locator(".flash-ok")).to_contain_text("approval approved")
+    expect(state_of(page)).to_have_text("succeeded", timeout=15_000)
+    assert stack.job(approved)["result"] == {"status": "done", "spent": 7, "by": "root"}
+    expect(page.locator("#signal-approval")).to_have_count(0)
+    expect(page.locator("#steps .durable-step")).to_have_count(3)
+    page.goto(f"/jobs/{rejected}")
+    page.click("#signal-approval button.danger")
+    expect(state_of(page)).to_have_text("succeeded", timeout=15_000)
+    assert stack.job(rejected)["result"] == {"status": "rejected", "by": "root"}
+    audit = stack.api("GET", "/api/audit", params={"limit": 50}).json()["items"]
+    assert any(a["action"] == "job.signal" and a["actor"] == "root" for a in audit)
 
 
 def test_kill_a_worker_and_see_its_job_rescued(page: Page, stack: Stack) -> None:

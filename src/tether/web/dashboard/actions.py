@@ -15,7 +15,7 @@ from tether.errors import TetherError
 from tether.web.dashboard.rendering import BULK_CANCEL_MAX, redirect, render
 from tether.web.dashboard.sessions import JobId, Post, QueueName, Visitor
 from tether.web.errors import ApiError, classify
-from tether.web.models import MAX_ID, CancelIn, PauseIn, QueuePauseIn
+from tether.web.models import MAX_ID, CancelIn, PauseIn, QueuePauseIn, SignalIn
 from tether.web.routes import control, jobs, schedules
 from tether.web.security import ADMINS, WRITERS, Caller
 
@@ -103,6 +103,21 @@ async def resume(job_id: JobId, v: Post) -> Response:
 async def retry(job_id: JobId, v: Post) -> Response:
     caller = await v.caller("job.retry", WRITERS)
     await act(v, f"job {job_id} queued again", jobs.retry_job(job_id, caller))
+    return redirect(_back(job_id))
+
+
+@router.post("/jobs/{job_id}/signal")
+async def signal(
+    job_id: JobId,
+    v: Post,
+    name: Annotated[str, Form(min_length=1, max_length=200)],
+    decision: Annotated[str, Form(pattern="^(approve|reject)$")],
+) -> Response:
+    caller = await v.caller("job.signal", WRITERS)
+    approved = decision == "approve"
+    body = SignalIn(payload={"approved": approved, "by": caller.principal.name})
+    done = "approved" if approved else "rejected"
+    await act(v, f"job {job_id}: {name} {done}", jobs.signal_job(job_id, name, caller, body))
     return redirect(_back(job_id))
 
 

@@ -181,6 +181,7 @@ async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
         job = await caller.app.get(number)
         events = await caller.app.jobs.events(number)
         artifacts = await caller.app.jobs.artifacts(number)
+        steps = await jobs.job_steps(number, caller)
         status = await jobs.cancellation_status(number, caller, 0.0)
         record = status.cancellation
     except (ApiError, JobNotFoundError):
@@ -201,6 +202,7 @@ async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
         detail=detail,
         events=events,
         artifacts=artifacts,
+        steps=steps,
         record=record,
         grandchildren=grandchildren,
         heartbeat_age=heartbeat_age,

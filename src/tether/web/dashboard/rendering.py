@@ -13,6 +13,7 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from tether import display
 from tether.web.dashboard.sessions import Visitor
 
 # The web package's folder, which holds templates/ and static/.
@@ -80,6 +81,9 @@ templates.filters["pretty"] = _pretty
 # One URL path segment: "/" and every other reserved character percent-encoded (Jinja's
 # urlencode leaves "/" as it is).
 templates.filters["seg"] = lambda v: quote(str(v), safe="")
+templates.filters["took"] = lambda step: (
+    display.took(step.started_at, step.finished_at) if step.finished_at else ""
+)
 templates.filters["compact"] = lambda v: json.dumps(v, sort_keys=True, default=str)[:160]
 
 
