@@ -22,6 +22,16 @@
 10. A rate limit's bucket clock never moves back (``fault_bucket_steps``): a claim that
     stamped ``refilled_at`` earlier than the refill before it credits that interval a
     second time, and more jobs start than the bucket allows.
+11. No durable step ran twice to completion: each step name of a job has at most one
+    completed record (``tether_steps``), its function ran to a committed end at most
+    once (``step_done`` in the execution log), never again on an attempt after the one
+    that completed it, and the attempt ``tether_steps`` names is the one whose fenced
+    write (``fault_step_effects``) committed.
+12. No fenced effect committed twice: at most one ``fault_step_effects`` row per (job,
+    step), none without its step's record; a succeeded job of a step-effect task
+    (``durable``) has exactly one per completed step, written by the attempt
+    ``tether_steps`` names. (11 and 12 apply where there are steps or step effects:
+    other scenarios have neither.)
 
 Jobs the pruner deleted are checked too: the fault schema keeps every deleted job, event
 and dependency link (:mod:`tests.faults.effects`), so a job deleted before it ended
@@ -44,6 +54,8 @@ from tether.states import TRANSITIONS, JobState
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 EFFECT_TASKS = {"work", "long", "paced", "pooled"}
+# Tasks whose every step writes one fenced row into fault_step_effects (faultapp).
+STEP_EFFECT_TASKS = {"durable"}
 RETRIED = "retried by a person"
 
 
@@ -421,6 +433,9 @@ def check(
     if len(steps) > 10:
         v.fail(f"inv10: ... and {len(steps) - 10} more steps back of a bucket's clock")
 
+    # 11 and 12. durable steps: each runs to completion once, its fenced write commits once
+    step_figures = check_steps(db, jobs, execs, v)
+
     # Leases lost by workers the test did not kill (scenarios decide what may lose one).
     for row in execs:
         if row["ev"] == "stop" and row.get("why") == "lease_lost":
@@ -450,9 +465,119 @@ def check(
         out_of_order=out_of_order,
         bucket_steps_back=len(steps),
         lease_losses=len(v.lease_losses),
+        **step_figures,
         violations=len(v.violations),
     )
     return v
+
+
+def _has_table(db: Db, name: str) -> bool:
+    if db.sqlite:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %s"
+    else:
+        sql = "SELECT 1 WHERE to_regclass(%s) IS NOT NULL"
+    return bool(db.query(sql, (name,)))
+
+
+def check_steps(
+    db: Db, jobs: dict[int, dict[str, Any]], execs: list[dict[str, Any]], v: Verdict
+) -> dict[str, int]:
+    """Invariants 11 and 12 (durable steps and their fenced writes); the figures of a
+    run that had any: ``steps`` completed, ``steps_replayed`` (steps a later attempt
+    found done and did not run again), ``step_effects`` (rows committed) and
+    ``step_writes_uncommitted`` (rows written in a transaction that never committed: the
+    attempt was killed, frozen past its lease, or refused at its commit)."""
+    records: dict[tuple[int, str], list[int]] = collections.defaultdict(list)
+    if _has_table(db, "tether_steps"):
+        for job_id, name, attempt in db.query(
+            "SELECT job_id, name, attempt FROM tether_steps WHERE kind = 'step' AND state = 'done'"
+        ):
+            records[(int(job_id), str(name))].append(int(attempt))
+    written: dict[tuple[int, str], list[tuple[int, int]]] = collections.defaultdict(list)
+    if _has_table(db, "fault_step_effects"):
+        for job_id, name, attempt, token in db.query(
+            "SELECT job_id, step, attempt, lease_token FROM fault_step_effects"
+        ):
+            written[(int(job_id), str(name))].append((int(attempt), int(token)))
+    step_rows = [r for r in execs if str(r["ev"]).startswith("step_")]
+    if not records and not written and not step_rows:
+        return {}
+
+    # 11. a step completes once, and never runs again after it completed
+    for (job_id, name), attempts_ in records.items():
+        if len(attempts_) > 1:
+            v.fail(f"inv11: job {job_id} step {name!r} has {len(attempts_)} completed records")
+    done_lines = collections.Counter(
+        (r["job"], r["step"]) for r in step_rows if r["ev"] == "step_done"
+    )
+    for (job_id, name), n in done_lines.items():
+        if n > 1:
+            v.fail(f"inv11: job {job_id} step {name!r} ran to completion {n} times")
+    for r in step_rows:
+        key = (r["job"], r["step"])
+        if key not in records:
+            continue
+        done_by = min(records[key])
+        if r["ev"] == "step_start" and r["attempt"] > done_by:
+            v.fail(
+                f"inv11: job {key[0]} step {key[1]!r} ran again on attempt {r['attempt']} "
+                f"(token {r['token']}) after attempt {done_by} completed it"
+            )
+        if r["ev"] == "step_done" and jobs.get(key[0], {}).get("task") in STEP_EFFECT_TASKS:
+            tokens = [t for _, t in written.get(key, [])]
+            if tokens and r["token"] not in tokens:
+                v.fail(
+                    f"inv11: job {key[0]} step {key[1]!r} completed by token {r['token']} but "
+                    f"its committed write is token {tokens}'s"
+                )
+    for key, rows in written.items():
+        if key in records and len(rows) == 1 and rows[0][0] != records[key][0]:
+            v.fail(
+                f"inv11: job {key[0]} step {key[1]!r} is recorded as attempt {records[key][0]}'s "
+                f"but attempt {rows[0][0]}'s write committed"
+            )
+
+    # 12. one committed fenced write per step, and the right one
+    for key, rows in written.items():
+        job_id, name = key
+        if len(rows) > 1:
+            v.fail(
+                f"inv12: job {job_id} step {name!r}: {len(rows)} fenced writes committed "
+                f"(attempt, token): {sorted(rows)}"
+            )
+        if key not in records and not jobs.get(job_id, {}).get("pruned"):
+            v.fail(f"inv12: job {job_id} step {name!r}: a write committed without its step")
+        job = jobs.get(job_id)
+        for _, token in rows:
+            if job is not None and token > job["token"]:
+                v.fail(
+                    f"inv12: job {job_id} step {name!r}: a write from token {token} it never issued"
+                )
+    for (job_id, name), attempts_ in records.items():
+        job = jobs.get(job_id)
+        if job is None or job["state"] != "succeeded" or job["task"] not in STEP_EFFECT_TASKS:
+            continue
+        rows = written.get((job_id, name), [])
+        if len(rows) != 1:
+            v.fail(
+                f"inv12: job {job_id} succeeded with {len(rows)} committed writes of step {name!r}"
+            )
+        elif rows[0][0] != attempts_[0]:
+            v.fail(
+                f"inv12: job {job_id} step {name!r}: attempt {attempts_[0]} completed it, "
+                f"attempt {rows[0][0]} wrote its effect"
+            )
+
+    writes = {(r["job"], r["step"], r["token"]) for r in step_rows if r["ev"] == "step_write"}
+    committed = {(j, n, t) for (j, n), rows in written.items() for _, t in rows}
+    return {
+        "steps": len(records),
+        "steps_replayed": len(
+            {(r["job"], r["step"]) for r in step_rows if r["ev"] == "step_replay"}
+        ),
+        "step_effects": sum(len(rows) for rows in written.values()),
+        "step_writes_uncommitted": len(writes - committed),
+    }
 
 
 def schedule_ticks(db: Db) -> dict[str, list[float]]:

@@ -152,6 +152,15 @@ Figures:
 - zombie: `replayed_*` are the zombie's own heartbeat, completion and effect, sent
   with its token while the new attempt runs; `wake_to_abandon` is from SIGCONT until
   the zombie's attempt was told to stop (it fences itself before its first beat).
+- durable: jobs of five durable steps, each step's row written in a fenced transaction
+  (`fault_step_effects`, no unique key), while workers are SIGKILLed mid-step and
+  SIGSTOPped past their lease; `steps` completed, `steps_replayed` steps a later
+  attempt found done and did not run again, `effects` rows committed (one per step:
+  invariants 11 and 12), `writes_uncommitted` rows written by attempts that never
+  committed them (killed, or a zombie's); `zombie_effects_refused` writes of attempts
+  frozen mid-step that never committed, `zombie_effects_committed` those that did when
+  the zombie woke because nobody had taken the job meanwhile (a lease is fenced by its
+  token: an expired one nobody took is still its holder's).
 - partition: `fence_margin` is how long before its lease ended each cut-off job was
   stopped; `log_lines_during` counts the worker's log records during the partition;
   `rejoin_s` is from healing until the worker claimed work again.
@@ -222,7 +231,7 @@ def render_report(profile: str) -> str:
         f"# Fault-injection report ({profile} profile)",
         "",
         f"Run on {time.strftime('%Y-%m-%d %H:%M')} on this 2-core machine; times in seconds. "
-        "Every scenario ends with the invariant check (0 violations = all ten hold).",
+        "Every scenario ends with the invariant check (0 violations = all twelve hold).",
         "",
         "| scenario | result | time | figures |",
         "|---|---|---|---|",

@@ -5,6 +5,11 @@ effect replaces the previous attempt's, and only while that attempt's lease toke
 still current and the job still ``running``. Every try, accepted or rejected, is also
 appended to ``fault_effect_log``, which is how stale writes are counted.
 
+``fault_step_effects`` is the durable scenario's: one row per step a job's attempt ran,
+written in the step's fenced transaction (``ctx.transaction()``), so it commits with the
+step's record or not at all. It has no unique key on purpose: a step whose function
+committed twice, or a zombie's write that got through, shows as a second row.
+
 On PostgreSQL the check locks the job row ``FOR SHARE``, so a rescue or a claim cannot
 bump the token between the check and the write; on SQLite ``BEGIN IMMEDIATE`` holds the
 file's write lock for the same purpose.
@@ -31,6 +36,14 @@ CREATE TABLE IF NOT EXISTS fault_effects (
     attempt     INTEGER NOT NULL,
     pid         INTEGER NOT NULL,
     writes      INTEGER NOT NULL DEFAULT 1,
+    at          DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fault_step_effects (
+    job_id      BIGINT NOT NULL,
+    step        TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    lease_token BIGINT NOT NULL,
+    pid         INTEGER NOT NULL,
     at          DOUBLE PRECISION NOT NULL
 );
 CREATE TABLE IF NOT EXISTS fault_effect_log (
@@ -157,6 +170,14 @@ CREATE TABLE IF NOT EXISTS fault_effects (
     attempt     INTEGER NOT NULL,
     pid         INTEGER NOT NULL,
     writes      INTEGER NOT NULL DEFAULT 1,
+    at          REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fault_step_effects (
+    job_id      INTEGER NOT NULL,
+    step        TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    lease_token INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
     at          REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS fault_effect_log (

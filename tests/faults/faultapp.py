@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import time
 from typing import Any
@@ -292,6 +293,67 @@ def build_app(url: str) -> App:
             return start
 
         return int(await _run(ctx, "long", body))
+
+    @app.task(name="durable", max_attempts=10)
+    async def durable(
+        ctx: tether.JobContext, steps: int = 5, ms: int = 100, hold: bool = True
+    ) -> list[int]:
+        """Runs ``steps`` durable steps of ``ms`` milliseconds each; each step inserts
+        its row into ``fault_step_effects`` in a fenced transaction, committed with the
+        step's record. With ``hold`` the transaction stays open while the step works
+        (PostgreSQL: a worker frozen mid-step is frozen with its write uncommitted);
+        without, it opens at the step's end (SQLite: it holds the write lock).
+
+        Logs ``step_start`` when a step's function runs, ``step_write`` once its row is
+        written (uncommitted), ``step_done`` when the step returned from its function
+        (committed), ``step_replay`` when it returned a recorded result instead."""
+
+        async def work(seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                ctx.check_cancelled()
+                await asyncio.sleep(min(0.05, left))
+
+        async def run_step(name: str, i: int) -> int:
+            token = ctx.job.lease_token
+            record(ev="step_start", job=ctx.id, attempt=ctx.attempt, token=token, step=name)
+            if not hold:
+                await work(ms / 1000)
+            row = (ctx.id, name, ctx.attempt, token, os.getpid(), time.time())
+            async with ctx.transaction() as conn:
+                if isinstance(conn, sqlite3.Connection):
+                    conn.execute(
+                        "INSERT INTO fault_step_effects (job_id, step, attempt, lease_token, "
+                        "pid, at) VALUES (?, ?, ?, ?, ?, ?)",
+                        row,
+                    )
+                else:
+                    await conn.execute(
+                        "INSERT INTO fault_step_effects (job_id, step, attempt, lease_token, "
+                        "pid, at) VALUES (%s, %s, %s, %s, %s, %s)",
+                        row,
+                    )
+                record(ev="step_write", job=ctx.id, token=token, step=name)
+                if hold:
+                    await work(ms / 1000)
+            return i
+
+        async def body() -> list[int]:
+            out = []
+            for i in range(steps):
+                name = f"s{i}"
+                ran: list[bool] = []
+
+                async def fn(name: str = name, i: int = i, ran: list[bool] = ran) -> int:
+                    ran.append(True)
+                    return await run_step(name, i)
+
+                out.append(int(await ctx.step(name, fn)))
+                ev = "step_done" if ran else "step_replay"
+                record(ev=ev, job=ctx.id, attempt=ctx.attempt, token=ctx.job.lease_token, step=name)
+            return out
+
+        return list(await _run(ctx, "durable", body))
 
     @app.task(name="poison", max_attempts=3)
     async def poison(ctx: tether.JobContext) -> None:

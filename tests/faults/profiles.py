@@ -44,6 +44,29 @@ _FOREIGN_FULL = {
     "drain_timeout": 120.0,
 }
 
+# Durable steps: jobs of ``steps`` steps of ``ms`` milliseconds each, enqueued over
+# ``seconds``, while ``kills`` SIGKILLs and ``freezes`` SIGSTOPs (past the lease) land.
+_DURABLE_SHORT = {
+    "jobs": 40,
+    "steps": 5,
+    "ms": (60, 140),
+    "workers": 3,
+    "concurrency": 4,
+    "seconds": 8.0,
+    "kills": 3,
+    "freezes": 1,
+}
+_DURABLE_FULL = {
+    "jobs": 1200,
+    "steps": 5,
+    "ms": (60, 200),
+    "workers": 3,
+    "concurrency": 4,
+    "seconds": 120.0,
+    "kills": 40,
+    "freezes": 12,
+}
+
 SHORT: dict[str, dict[str, Any]] = {
     "storm": {"jobs": 300, "kills": 8, "workers": 3, "concurrency": 4, "ms": (40, 200)},
     "zombie": {"rounds": 2},
@@ -74,6 +97,8 @@ SHORT: dict[str, dict[str, Any]] = {
         "after_s": 2.0,
     },
     "hosts": {"keep": 16, "ms": (200, 600), "rounds": 1, "seconds": 5.0, "slow_s": 2.0},
+    "durable": _DURABLE_SHORT,
+    "sqlite_durable": _DURABLE_SHORT,
 }
 
 FULL: dict[str, dict[str, Any]] = {
@@ -106,6 +131,8 @@ FULL: dict[str, dict[str, Any]] = {
         "after_s": 5.0,
     },
     "hosts": {"keep": 24, "ms": (200, 800), "rounds": 3, "seconds": 15.0, "slow_s": 10.0},
+    "durable": _DURABLE_FULL,
+    "sqlite_durable": _DURABLE_FULL,
 }
 
 PROFILES = {"short": SHORT, "full": FULL}

@@ -192,3 +192,68 @@ async def test_a_history_told_twice_or_with_a_gap_fails_the_check(
     )
     verdict = check(db, tmp_path, history)
     assert any(v.startswith(f"inv2: job {job.id}'s history breaks") for v in verdict.violations)
+
+
+async def test_a_step_whose_fenced_write_committed_twice_fails_the_check(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    db, history = _run_dir(db_url, tmp_path)
+    job = await enqueue_one(store, task="durable")
+    history.add("enqueued", task="durable", ids=[job.id])
+    [run] = await store.claim("vm:1:a#1", ["default"], ["durable"], 1, 60.0)
+    for ev in ("start", "step_start", "step_write"):
+        log(
+            tmp_path,
+            "a#1",
+            ev=ev,
+            job=run.id,
+            attempt=run.attempt,
+            token=run.lease_token,
+            step="s0",
+        )
+    # The step's record and its fenced write, committed together, as faultapp's do.
+    assert await store.save_step(run.id, run.lease_token, "s0", "0")
+    effect = (
+        "INSERT INTO fault_step_effects (job_id, step, attempt, lease_token, pid, at) "
+        f"VALUES ({run.id}, 's0', {{attempt}}, {{token}}, 1, 0)"
+    )
+    db.execute_script(effect.format(attempt=run.attempt, token=run.lease_token))
+    log(
+        tmp_path,
+        "a#1",
+        ev="step_done",
+        job=run.id,
+        attempt=run.attempt,
+        token=run.lease_token,
+        step="s0",
+    )
+    log(tmp_path, "a#1", ev="end", job=run.id, token=run.lease_token, how="returned")
+    done = Outcome(run.id, run.lease_token, JobState.SUCCEEDED, result_json="[0]")
+    assert await store.finish("vm:1:a#1", [done]) == {run.id}
+    clean = check(db, tmp_path, history, must_succeed={run.id})
+    assert clean.violations == []
+    assert (clean.figures["steps"], clean.figures["step_effects"]) == (1, 1)
+
+    # A second attempt's write of the same step got through (a zombie's, say), and its
+    # function ran again though the step was recorded as done.
+    db.execute_script(effect.format(attempt=run.attempt + 1, token=run.lease_token))
+    log(
+        tmp_path,
+        "b#1",
+        ev="step_start",
+        job=run.id,
+        attempt=run.attempt + 1,
+        token=run.lease_token,
+        step="s0",
+    )
+    verdict = check(db, tmp_path, history, must_succeed={run.id})
+    assert verdict.figures["step_effects"] == 2
+    assert any(
+        v.startswith(f"inv12: job {run.id} step 's0': 2 fenced writes") for v in verdict.violations
+    ), verdict.violations
+    assert any(
+        v.startswith(f"inv12: job {run.id} succeeded with 2 committed writes")
+        for v in verdict.violations
+    ), verdict.violations
+    assert any(v.startswith(f"inv11: job {run.id} step 's0' ran again") for v in verdict.violations)
+    assert all(v.startswith(("inv11", "inv12")) for v in verdict.violations), verdict.violations
