@@ -70,7 +70,10 @@ class StepsSql(LeasesSql):
 
     async def _save_step_in(self, tx: Tx, params: dict[str, Any]) -> bool:
         if await tx.run(self.sql.steps.SAVE_STEP, params) != 1:
-            if not await self._lease_held(tx, params["id"], params["token"], no_cancel=False):
+            # Nothing written: a step already done, or no lease. FENCE, not _lease_held,
+            # which trusts SQLite's write lock and so would call a lost lease held.
+            lease = {"id": params["id"], "token": params["token"]}
+            if await tx.one(self.sql.steps.FENCE, lease) is None:
                 return False
             raise DuplicateStepError(
                 f"step {params['name']!r} of job {params['id']} is already recorded"
