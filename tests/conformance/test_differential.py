@@ -88,7 +88,7 @@ RATE = 0.001
 STEP_NAMES = ("s1", "s2", "n1")
 SLEEP_NAMES = ("n1", "n2")
 SIGNALS = ("x", "y")
-PAYLOADS = (None, "null", "1", '{"a":1}')
+PAYLOADS = (None, "null", "1", "1.0", "true", '{"a":1,"b":2}', '{"b": 2, "a": 1}')
 
 _examples = itertools.count(1)
 

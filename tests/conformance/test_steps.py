@@ -370,6 +370,31 @@ async def test_a_signal_sent_twice_is_a_duplicate_and_another_payload_a_conflict
     assert state == "done" and decoded(payload) == {"n": 1}
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "same"),
+    [
+        ('{"a":1,"b":[2,3]}', '{"b": [2, 3], "a": 1}', True),
+        ("1", "1.0", True),
+        ("true", "1", False),
+        ('{"a":1}', '{"a":1,"b":null}', False),
+        ('"x"', '"y"', False),
+    ],
+    ids=["key order and spacing", "1 and 1.0", "true and 1", "a key more", "strings"],
+)
+async def test_a_signal_sent_again_is_compared_as_json_not_as_text(
+    store: Store, first: str, again: str, same: bool
+) -> None:
+    job = await running_job(store)
+    assert await store.signal(job.id, SIGNAL, first, "bob") == "kept"
+    if same:
+        assert await store.signal(job.id, SIGNAL, again, "bob") == "duplicate"
+    else:
+        with pytest.raises(SignalConflictError):
+            await store.signal(job.id, SIGNAL, again, "bob")
+    state, payload = await wait_for(store, job)
+    assert state == "done" and decoded(payload) == json.loads(first)
+
+
 async def test_a_signal_without_a_payload_is_delivered_as_none(store: Store) -> None:
     job = await running_job(store)
     assert await store.signal(job.id, SIGNAL, None, None) == "kept"
