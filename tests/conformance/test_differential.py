@@ -6,11 +6,12 @@ stalls between two of them while the rescue runs, long enough to be discarded or
 enqueue in the caller's transaction, committed or rolled back; claim, under rate
 limits too; finish with every outcome and with fresh or stale tokens; heartbeat;
 cancel; pause; resume; retry; lease expiry and rescue; pruning; schedule ticks; a live
-feed starting and stopping to follow) to a
+feed starting and stopping to follow; durable steps, sleeps and waits that park a job,
+signals that wake it, and their deadlines passing) to a
 SQLite store and a PostgreSQL store side by side. After every step every
 job must look the same in both (state, attempt, lease token, result, error, requests),
 and both must have answered the same (the jobs claimed, the writes accepted, the error
-raised). At the end every job's events and dependencies must agree.
+raised). At the end every job's events, dependencies and steps must agree.
 
 Job ids differ between the databases, so jobs are named by the order they were
 created in. Leases expire by moving ``lease_expires_at`` into the past, as the other
@@ -62,7 +63,7 @@ from tether.states import JobState
 from tether.store import Store, caller_store, create_store, parse_sqlite_path
 from tether.store.sqlite import SqliteStore
 
-from .support import Db, empty_tables, new_job
+from .support import SQLITE_NOW, Db, empty_tables, new_job
 
 T = TypeVar("T")
 
@@ -82,6 +83,12 @@ EPOCH = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
 SCHEDULE = "tick"
 # So slow that no bucket refills between two steps: only the refill rule refills it.
 RATE = 0.001
+# Durable steps: names a step may take (one of them a sleep's too), the sleeps', and
+# the signals' (a wait for signal x goes under the step signal:x), with their payloads.
+STEP_NAMES = ("s1", "s2", "n1")
+SLEEP_NAMES = ("n1", "n2")
+SIGNALS = ("x", "y")
+PAYLOADS = (None, "null", "1", "1.0", "true", '{"a":1,"b":2}', '{"b": 2, "a": 1}')
 
 _examples = itertools.count(1)
 
@@ -204,6 +211,7 @@ class StoresAgree(RuleBasedStateMachine):
             for job in range(min(len(side.ids) for side in self.sides)):
                 self.same(functools.partial(_events_of, job), _events)
                 self.same(functools.partial(_deps_of, job), _deps)
+                self.steps_agree(job)
         finally:
             self.run(self.sides[0].store.close())
             for side in self.sides:
@@ -532,6 +540,141 @@ class StoresAgree(RuleBasedStateMachine):
 
         child = self.same(op, show)
         return multiple() if child is None or isinstance(child, str) else child
+
+    # -- durable steps -----------------------------------------------------------------
+
+    @precondition(lambda self: bool(self.sides[0].tokens))
+    @rule(data=st.data(), name=st.sampled_from(STEP_NAMES), stale=st.booleans())
+    def save_step(self, data: st.DataObject, name: str, stale: bool) -> None:
+        """Record a step's result, mostly under a running job's lease."""
+        pool = self.running if self.running and not stale else sorted(self.sides[0].tokens)
+        job = data.draw(st.sampled_from(pool))
+        value = json.dumps({"at": next(self.args)})
+
+        def op(side: Side) -> Awaitable[bool]:
+            token = side.tokens[job] - (1 if stale else 0)
+            return side.store.save_step(side.ids[job], token, name, value, usage=1)
+
+        self.same(op, lambda _, saved: saved)
+        self.steps_agree(job)
+
+    @precondition(lambda self: bool(self.sides[0].tokens))
+    @rule(
+        data=st.data(),
+        signal=st.sampled_from([None, *SIGNALS]),
+        sleep=st.sampled_from(SLEEP_NAMES),
+        seconds=st.sampled_from([None, 0.0, 30.0]),
+        stale=st.booleans(),
+    )
+    def wait(
+        self,
+        data: st.DataObject,
+        signal: str | None,
+        sleep: str,
+        seconds: float | None,
+        stale: bool,
+    ) -> None:
+        """A sleep (``signal`` None: ``sleep``, for 30 s or none) or a wait for
+        ``signal`` (``seconds`` None: no timeout), which may park the job."""
+        pool = self.running if self.running and not stale else sorted(self.sides[0].tokens)
+        self.wait_on(data.draw(st.sampled_from(pool)), signal, sleep, seconds, stale)
+
+    def wait_on(
+        self, job: int, signal: str | None, sleep: str, seconds: float | None, stale: bool
+    ) -> None:
+        name = sleep if signal is None else f"signal:{signal}"
+        if signal is None and seconds is None:
+            seconds = 30.0
+
+        def op(side: Side) -> Awaitable[Any]:
+            token = side.tokens[job] - (1 if stale else 0)
+            return side.store.wait(
+                "w", side.ids[job], token, name, signal=signal, seconds=seconds, reason="waits"
+            )
+
+        def show(side: Side, found: Any) -> Any:
+            payload = None if found.payload_json is None else json.loads(found.payload_json)
+            return found.outcome, payload
+
+        self.same(op, show)
+        self.steps_agree(job)
+
+    @rule(
+        signal=st.sampled_from([None, *SIGNALS]),
+        sleep=st.sampled_from(SLEEP_NAMES),
+        seconds=st.sampled_from([None, 0.0, 30.0]),
+        queue=st.sampled_from(QUEUES),
+    )
+    def work_and_wait(
+        self, signal: str | None, sleep: str, seconds: float | None, queue: str
+    ) -> None:
+        """Claim one job and sleep or wait at once, as a durable handler does."""
+        before = set(self.sides[0].tokens.items())
+        self.claim(1, queue)
+        for job, _ in set(self.sides[0].tokens.items()) - before:
+            self.wait_on(job, signal, sleep, seconds, stale=False)
+
+    @rule(job=jobs, signal=st.sampled_from(SIGNALS), payload=st.sampled_from(PAYLOADS))
+    def signal(self, job: int, signal: str, payload: str | None) -> None:
+        self.same(lambda s: s.store.signal(s.ids[job], signal, payload, "bob"), lambda _, x: x)
+        self.steps_agree(job)
+
+    @rule(data=st.data(), payload=st.sampled_from(PAYLOADS))
+    def signal_a_waiting_job(self, data: st.DataObject, payload: str | None) -> None:
+        """Signal a job that waits for that signal (parked, or about to look again)."""
+        side = self.sides[0]
+        rows = side.db.execute(
+            "SELECT job_id, name FROM tether_steps WHERE state = 'waiting' AND kind = 'signal' "
+            "ORDER BY job_id, name"
+        )
+        if not rows:
+            return
+        job_id, name = data.draw(st.sampled_from(rows))
+        self.signal(side.index[job_id], name.removeprefix("signal:"), payload)
+
+    @rule()
+    def deadlines_pass(self) -> None:
+        """Every sleep and wait with a deadline runs out: its ``wakes_at``, and the
+        ``run_at`` of a job it parked, move far into the past (the same instant on each
+        side, so that the claim order, which ties on it, goes by id on both)."""
+        for side in self.sides:
+            db = side.db
+            past = (
+                f"{SQLITE_NOW} - 1e6"
+                if db.dialect == "sqlite"
+                else "now() - make_interval(secs => 1e6)"
+            )
+            waiting = (
+                "SELECT job_id FROM tether_steps WHERE state = 'waiting' AND wakes_at IS NOT NULL"
+            )
+            db.execute(
+                f"UPDATE tether_jobs SET run_at = {past} "
+                f"WHERE state IN ('queued', 'paused') AND id IN ({waiting})"
+            )
+            db.execute(
+                f"UPDATE tether_steps SET wakes_at = {past} "
+                "WHERE state = 'waiting' AND wakes_at IS NOT NULL"
+            )
+
+    def steps_agree(self, job: int) -> None:
+        """The job's steps agree (times only as whether they are set; in name order, as
+        steps begun in the same millisecond tie on SQLite's clock)."""
+        self.same(
+            lambda s: s.store.steps(s.ids[job]),
+            lambda _, steps: sorted(
+                (
+                    x.name,
+                    x.kind,
+                    x.state,
+                    x.result,
+                    x.attempt,
+                    x.usage,
+                    x.finished_at is None,
+                    x.wakes_at is None,
+                )
+                for x in steps
+            ),
+        )
 
     # -- people ------------------------------------------------------------------------
 

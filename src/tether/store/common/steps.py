@@ -13,6 +13,7 @@ after the job is parked and moves its ``run_at`` to now: no wake-up is lost.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tether import hints as h
@@ -35,6 +36,39 @@ FOREVER = 100 * 365.25 * 86400.0
 def signal_step(name: str) -> str:
     """The step that records a wait for the signal ``name``."""
     return f"signal:{name}"
+
+
+def same_json(stored: str | None, sent: str | None) -> bool:
+    """Whether two JSON texts hold the same value, as PostgreSQL's jsonb compares them:
+    key order and spacing aside, 1 and 1.0 alike, true and 1 not."""
+    if stored is None or sent is None:
+        return False
+    try:
+        return _same_value(json.loads(stored), json.loads(sent))
+    except ValueError:
+        return False
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_same_value(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, list) or isinstance(b, list):
+        return (
+            isinstance(a, list)
+            and isinstance(b, list)
+            and len(a) == len(b)
+            and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if type(a) is not type(b) and {type(a), type(b)} != {int, float}:
+        return False
+    return bool(a == b)
 
 
 class StepsSql(LeasesSql):
@@ -82,7 +116,10 @@ class StepsSql(LeasesSql):
 
     async def _save_step_in(self, tx: Tx, params: dict[str, Any]) -> bool:
         if await tx.run(self.sql.steps.SAVE_STEP, params) != 1:
-            if not await self._lease_held(tx, params["id"], params["token"], no_cancel=False):
+            # Nothing written: a step already done, or no lease. FENCE, not _lease_held,
+            # which trusts SQLite's write lock and so would call a lost lease held.
+            lease = {"id": params["id"], "token": params["token"]}
+            if await tx.one(self.sql.steps.FENCE, lease) is None:
                 return False
             raise self._already(params)
         if not await self._lease_held(tx, params["id"], params["token"], no_cancel=False):
@@ -194,7 +231,7 @@ class StepsSql(LeasesSql):
                 )
             if await tx.run(q.SEND_SIGNAL, params) == 0:
                 same = await tx.one(q.SAME_SIGNAL, params)
-                if same is None or not same["same"]:
+                if same is None or not (same["same"] or same_json(same["stored"], payload_json)):
                     raise SignalConflictError(
                         f"job {job_id} already has a signal {name!r} with another payload"
                     )

@@ -50,9 +50,11 @@ INSERT INTO tether_signals (job_id, name, payload, sent_by)
 VALUES (%(id)s, %(name)s, %(payload)s::jsonb, %(actor)s)
 ON CONFLICT (job_id, name) DO NOTHING
 """
+# Whether a signal sent again carries the same payload: jsonb compares JSON values (key
+# order and spacing aside), so `stored` is not needed here.
 SAME_SIGNAL = """
-SELECT payload IS NOT DISTINCT FROM %(payload)s::jsonb AS same FROM tether_signals
-WHERE job_id = %(id)s AND name = %(name)s
+SELECT payload IS NOT DISTINCT FROM %(payload)s::jsonb AS same, NULL::text AS stored
+FROM tether_signals WHERE job_id = %(id)s AND name = %(name)s
 """
 # A parked job that waits for this signal runs at once (or, paused, as soon as it is
 # resumed); one whose wait has not come yet finds the signal when it does.

@@ -36,8 +36,11 @@ SEND_SIGNAL = (
     "INSERT INTO tether_signals (job_id, name, payload, sent_at, sent_by) "
     f"VALUES (:id, :name, :payload, {NOW}, :actor) ON CONFLICT (job_id, name) DO NOTHING"
 )
+# The text compared here; texts that differ are compared as JSON values by the shared
+# code (tether.store.common.steps.same_json), as PostgreSQL's jsonb compares them.
 SAME_SIGNAL = (
-    "SELECT payload IS :payload AS same FROM tether_signals WHERE job_id = :id AND name = :name"
+    "SELECT payload IS :payload AS same, payload AS stored FROM tether_signals "
+    "WHERE job_id = :id AND name = :name"
 )
 WAKE = (
     f"UPDATE tether_jobs SET run_at = MIN(run_at, {NOW}) "
