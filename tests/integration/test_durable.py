@@ -430,3 +430,34 @@ async def test_usage_reported_before_a_sleep_is_kept_and_counts_against_the_budg
     assert stopped.usage == 60 and "budget" in (stopped.pause_reason or "")
     steps = {s.name: (s.state, s.usage) for s in await app.durable.steps(job.id)}
     assert steps == {"first": ("done", 30), "sleep:1": ("done", 0), "second": ("done", 30)}
+
+
+async def test_steps_and_waits_are_counted_in_metrics(app: App, workers: StartWorker) -> None:
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    @app.task(max_attempts=2)
+    async def counted(ctx: tether.JobContext) -> None:
+        await ctx.step("one", lambda: 1)
+        await ctx.sleep(0.1)
+        if ctx.attempt == 1:
+            raise RuntimeError("again")
+
+    task = counted.name
+    before = {
+        "ran": sample("tether_steps_total", task=task, outcome="ran"),
+        "replayed": sample("tether_steps_total", task=task, outcome="replayed"),
+        "parked": sample("tether_waits_total", kind="sleep", outcome="parked"),
+        "done": sample("tether_waits_total", kind="sleep", outcome="done"),
+    }
+    job = await counted.enqueue()
+    await workers()
+    assert (await app.wait(job.id, timeout=20)).state is JobState.SUCCEEDED
+    # Attempt 1: runs "one", parks, wakes (replays "one"), the sleep is over, fails;
+    # attempt 2 replays "one" and finds the sleep over.
+    assert sample("tether_steps_total", task=task, outcome="ran") == before["ran"] + 1
+    assert sample("tether_steps_total", task=task, outcome="replayed") == before["replayed"] + 2
+    assert sample("tether_waits_total", kind="sleep", outcome="parked") == before["parked"] + 1
+    assert sample("tether_waits_total", kind="sleep", outcome="done") == before["done"] + 1
