@@ -54,6 +54,13 @@ async def _insert(conn: Any, job_id: int, attempt: int, note: str) -> None:
         await conn.execute(sql, (job_id, attempt, note))
 
 
+async def _parked(app: App, job_id: int, step: str) -> tether.Job | None:
+    """The job, once it is parked in ``step`` (queued, the step waiting)."""
+    steps = {s.name: s.state for s in await app.durable.steps(job_id)}
+    job = await app.get(job_id)
+    return job if job.state is JobState.QUEUED and steps.get(step) == "waiting" else None
+
+
 async def test_a_retried_job_runs_only_the_steps_it_had_not_finished(
     app: App, workers: StartWorker
 ) -> None:
@@ -114,13 +121,7 @@ async def test_a_sleeping_job_holds_no_lease_and_spends_no_attempt(
     job = await napper.enqueue()
     await workers()
 
-    async def sleeping() -> tether.Job | None:
-        steps = {s.name: s.state for s in await app.durable.steps(job.id)}
-        found = await app.get(job.id)
-        parked = found.state is JobState.QUEUED and steps.get("sleep:1") == "waiting"
-        return found if parked else None
-
-    asleep = await eventually(sleeping, timeout=10)
+    asleep = await eventually(lambda: _parked(app, job.id, "sleep:1"), timeout=10)
     assert asleep.lease_expires_at is None and asleep.attempt == 0
     assert "sleeping until" in ((await app.jobs.events(job.id))[-1].reason or "")
     done = await app.wait(job.id, timeout=20)
@@ -160,12 +161,9 @@ async def test_a_waiting_job_is_parked_until_its_signal_wakes_it(
     job = await approve.enqueue()
     await workers()
 
-    async def parked() -> tether.JobEvent | None:
-        last = (await app.jobs.events(job.id))[-1]
-        return last if last.to_state is JobState.QUEUED and last.reason else None
-
-    waiting = await eventually(parked, timeout=10)
-    assert "waiting for signal 'approval'" in (waiting.reason or "")
+    await eventually(lambda: _parked(app, job.id, "signal:approval"), timeout=10)
+    last = (await app.jobs.events(job.id))[-1]
+    assert "waiting for signal 'approval'" in (last.reason or "")
     (step,) = await app.durable.steps(job.id)
     assert (step.name, step.kind, step.state) == ("signal:approval", "signal", "waiting")
     assert await app.durable.signal(job.id, "approval", "yes") == "woke"
@@ -201,11 +199,7 @@ async def test_a_cancel_reaches_a_sleeping_job(app: App, workers: StartWorker) -
     job = await long_nap.enqueue()
     await workers()
 
-    async def parked() -> tether.JobEvent | None:
-        last = (await app.jobs.events(job.id))[-1]
-        return last if last.to_state is JobState.QUEUED and last.reason else None
-
-    await eventually(parked, timeout=10)
+    await eventually(lambda: _parked(app, job.id, "sleep:1"), timeout=10)
     result = await app.cancel(job.id, wait=5)
     assert (await app.get(job.id)).state is JobState.CANCELLED, result
 
@@ -302,13 +296,6 @@ async def test_the_step_decorator_runs_once_per_job(app: App, workers: StartWork
     await workers()
     done = await app.wait(job.id, timeout=20)
     assert done.result == 42 and calls == [21]
-
-
-async def _parked(app: App, job_id: int, step: str) -> tether.Job | None:
-    """The job, once it is parked in ``step`` (queued, the step waiting)."""
-    steps = {s.name: s.state for s in await app.durable.steps(job_id)}
-    job = await app.get(job_id)
-    return job if job.state is JobState.QUEUED and steps.get(step) == "waiting" else None
 
 
 async def test_pause_and_resume_act_on_a_waiting_job_as_on_a_queued_one(

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import eventually, fast_config
 from tests.integration.procapp import build_app
 from tests.integration.test_processes import Procs
-from tether import App, JobState, Worker
+from tether import App, Job, JobState, Worker
 from tether.store import parse_sqlite_path
 
 
@@ -45,6 +45,16 @@ def _sql(app: App, statement: str) -> list[tuple[object, ...]]:
         return list(cur.fetchall()) if cur.description else []
 
 
+async def _run_elsewhere(app: App, job_id: int) -> Job:
+    """The job, once a worker of this process has rescued it and run it to its end."""
+    rescuer = Worker(app, fast_config())
+    await rescuer.start()
+    try:
+        return await app.wait(job_id, timeout=30)
+    finally:
+        await rescuer.stop()
+
+
 @pytest.mark.slow
 async def test_a_worker_killed_between_steps_3_and_4_leaves_only_4_to_6_to_run(
     db_url: str, procs: Procs, tmp_path: Path
@@ -60,12 +70,7 @@ async def test_a_worker_killed_between_steps_3_and_4_leaves_only_4_to_6_to_run(
         await eventually(three_done, timeout=30)
         victim.send_signal(signal.SIGKILL)
         victim.wait()
-        rescuer = Worker(app, fast_config())
-        await rescuer.start()
-        try:
-            done = await app.wait(job.id, timeout=30)
-        finally:
-            await rescuer.stop()
+        done = await _run_elsewhere(app, job.id)
         assert done.state is JobState.SUCCEEDED and done.result == [1, 2, 3, 4, 5, 6]
         assert done.attempt == 2
         ran = _steps_run(tmp_path)
@@ -101,12 +106,7 @@ async def test_a_zombies_step_and_fenced_writes_do_not_count(
         await eventually(frozen, timeout=30)
         zombie.send_signal(signal.SIGSTOP)
         try:
-            rescuer = Worker(app, fast_config())
-            await rescuer.start()
-            try:
-                done = await app.wait(job.id, timeout=30)
-            finally:
-                await rescuer.stop()
+            done = await _run_elsewhere(app, job.id)
         finally:
             zombie.send_signal(signal.SIGCONT)
         assert done.state is JobState.SUCCEEDED and done.result == 2

@@ -23,6 +23,9 @@ CREATE TABLE tether_steps (
     finished_at TIMESTAMPTZ,
     wakes_at    TIMESTAMPTZ,
     usage       BIGINT NOT NULL DEFAULT 0,
+    -- The order the steps began in: their times are the database's, less a duration the
+    -- worker measured, and may tie or cross.
+    seq         BIGINT GENERATED ALWAYS AS IDENTITY,
     PRIMARY KEY (job_id, name)
 );
 

@@ -2,7 +2,7 @@
 
 STEPS = """
 SELECT job_id, name, kind, state, result, attempt, started_at, finished_at, wakes_at, usage
-FROM tether_steps WHERE job_id = %(id)s ORDER BY started_at, name
+FROM tether_steps WHERE job_id = %(id)s ORDER BY seq
 """
 STEP = """
 SELECT job_id, name, kind, state, result, attempt, started_at, finished_at, wakes_at, usage,

@@ -4,7 +4,8 @@ from tether.store.sql.sqlite.fragments import NOW
 
 STEPS = (
     "SELECT job_id, name, kind, state, result, attempt, started_at, finished_at, wakes_at, "
-    "usage FROM tether_steps WHERE job_id = :id ORDER BY started_at, name"
+    # rowid: the order the rows were made in (PostgreSQL's seq).
+    "usage FROM tether_steps WHERE job_id = :id ORDER BY rowid"
 )
 STEP = (
     "SELECT job_id, name, kind, state, result, attempt, started_at, finished_at, wakes_at, "
