@@ -70,7 +70,11 @@ class StepsSql(LeasesSql):
 
     async def _save_step_in(self, tx: Tx, params: dict[str, Any]) -> bool:
         if await tx.run(self.sql.steps.SAVE_STEP, params) != 1:
-            if not await self._lease_held(tx, params["id"], params["token"], no_cancel=False):
+            # No row: the lease is gone, or the step is already recorded. FENCE tells
+            # them apart on both stores (_lease_held answers True on SQLite, where it
+            # only follows a write that proved the lease).
+            held = {"id": params["id"], "token": params["token"]}
+            if await tx.one(self.sql.steps.FENCE, held) is None:
                 return False
             raise DuplicateStepError(
                 f"step {params['name']!r} of job {params['id']} is already recorded"
