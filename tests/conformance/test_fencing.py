@@ -86,6 +86,22 @@ async def test_old_token_writes_are_rejected_after_a_rescue(store: Store, db: Db
     assert (done.state, done.worker_id, done.checkpoint) == ("succeeded", "w-new", {"mine": 1})
 
 
+async def test_a_step_saved_with_an_old_token_is_refused_not_called_a_duplicate(
+    store: Store, db: Db
+) -> None:
+    # A zombie's step, recorded by the new attempt meanwhile or not: a lost lease
+    # (False), on SQLite too, where the write lock alone cannot answer for a row not
+    # written.
+    job = await running_job(store, "w-old", queue="q")
+    db.expire_lease(job.id)
+    await store.rescue()
+    new = await claim_one(store, "w-new", queue="q")
+    assert await store.save_step(job.id, job.lease_token, "s1", "1") is False
+    assert await store.save_step(job.id, new.lease_token, "s1", "2") is True
+    assert await store.save_step(job.id, job.lease_token, "s1", "1") is False
+    assert [(s.name, s.result) for s in await store.steps(job.id)] == [("s1", 2)]
+
+
 async def test_old_token_writes_are_rejected_after_a_release_and_reclaim(store: Store) -> None:
     job = await running_job(store, "w1", queue="q")
     assert await store.finish("w1", [outcome(job, JobState.QUEUED)]) == {job.id}

@@ -1,4 +1,4 @@
-"""Scenario 14 (and 14a on SQLite): durable steps under SIGKILLs and zombies.
+"""Scenario 17 (and 17a on SQLite): durable steps under SIGKILLs and zombies.
 
 Jobs of the ``durable`` task run five steps each; every step inserts a row into
 ``fault_step_effects`` in a fenced transaction (``ctx.transaction()``) that commits with
@@ -7,35 +7,48 @@ stays open while the step works, so a worker stopped mid-step holds an uncommitt
 write; on SQLite (where it holds the write lock) it opens at the step's end.
 
 While the jobs run, workers holding jobs with steps done are SIGKILLed mid-step (and
-restarted), and SIGSTOPped for longer than their lease, then SIGCONTed: the zombie
-wakes with its step's write uncommitted, and its commit must be refused.
+restarted), and workers in a step just begun are SIGSTOPped for twice their lease,
+then SIGCONTed (neither fault hits the maintenance leader). Once a zombie's job runs
+again elsewhere, the test sends the zombie's step commit itself, with its stale token,
+and it must be refused; the zombie wakes with its step unfinished, and its own commit
+must be refused too.
 
 - Every job succeeds, each step completed once (invariant 11): a later attempt replays
   the steps an earlier one completed and runs only the rest.
 - Each step's fenced write committed exactly once, by the attempt its record names
-  (invariant 12): a killed attempt's write rolled back, a zombie's was refused.
+  (invariant 12): a killed attempt's write rolled back, a zombie's was refused (or
+  rolled back when it fenced itself). A zombie whose job nobody had taken yet (the
+  leader was being replaced, say) still holds the lease's token, and commits as its
+  holder: ``zombie_effects_committed``, never a second write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import random
 import signal
+import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
+from tests.faults import effects
 from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.faultapp import BASE_CONFIG
 from tests.faults.harness import read_exec_log, wait_all_done, wait_for
+from tether import LeaseLostError
+from tether.durable import FencedConnection
 
 pytestmark = pytest.mark.slow
 
 LEASE = float(BASE_CONFIG["lease_duration"])
-FREEZE = 1.5 * LEASE  # past the lease: the job is leased again while the zombie sleeps
+FREEZE = 2 * LEASE  # past the lease: the job is leased again while the zombie sleeps
 
 
 async def produce(s: Scenario, rng: random.Random, hold: bool) -> None:
@@ -61,6 +74,7 @@ class Progress:
         self.offsets: dict[Path, int] = {}
         self.done: collections.Counter[tuple[int, int]] = collections.Counter()
         self.begun: dict[tuple[int, int, str], float] = {}
+        self.attempt: dict[tuple[int, int], int] = {}
 
     def read(self) -> None:
         for path in self.dir.glob("exec-*.log"):
@@ -79,6 +93,15 @@ class Progress:
                     self.begun.pop((e["job"], e["token"], e["step"]), None)
                 elif e["ev"] == "step_start":
                     self.begun[(e["job"], e["token"], e["step"])] = e["t"]
+                    self.attempt[(e["job"], e["token"])] = e["attempt"]
+
+    def under_way(self, held: list[tuple[int, int]]) -> list[tuple[int, int, int, str]]:
+        """(job, token, attempt, step) of each of these attempts now in a step."""
+        return [
+            (job, token, self.attempt[(job, token)], step)
+            for job, token, step in self.begun
+            if (job, token) in held
+        ]
 
     def fresh(self, within: float = 0.04) -> set[tuple[int, int]]:
         """The attempts in a step begun in the last ``within`` seconds (with time left)."""
@@ -118,14 +141,70 @@ def victim(
     return best
 
 
-async def freeze(s: Scenario, name: str, frozen: set[str]) -> None:
+async def freeze(
+    s: Scenario,
+    name: str,
+    frozen: set[str],
+    in_step: list[tuple[int, int, int, str]],
+    replays: collections.Counter[str],
+) -> None:
+    """Freeze ``name`` past its lease. Once a job it was in a step of runs again
+    elsewhere, the test sends the zombie's step commit itself, with its stale token
+    (:func:`replay_commit`): it must be refused."""
     frozen.add(name)
+    pid = s.cluster.pid(name)
     try:
         s.cluster.signal(name, signal.SIGSTOP)
-        await asyncio.sleep(FREEZE)
+        until = time.monotonic() + FREEZE
+        left = list(in_step)
+        while left and time.monotonic() < until - 0.5:
+            await asyncio.sleep(0.1)
+            for zombie in list(left):
+                job, token, attempt, step = zombie
+                rows = s.db.query(
+                    "SELECT 1 FROM tether_jobs WHERE id = %s AND state = 'running' "
+                    "AND lease_token > %s",
+                    (job, token),
+                )
+                if rows:
+                    left.remove(zombie)
+                    ok = await replay_commit(s, job, token, attempt, step, pid)
+                    replays["accepted" if ok else "refused"] += 1
+                    s.history.add("replayed_step", job=job, token=token, step=step, ok=ok)
+        await asyncio.sleep(max(0.0, until - time.monotonic()))
     finally:
         s.cluster.signal(name, signal.SIGCONT)
         frozen.discard(name)
+
+
+async def replay_commit(
+    s: Scenario, job_id: int, token: int, attempt: int, step: str, pid: int
+) -> bool:
+    """What the zombie would do on waking, done by the test while its job runs again:
+    write its step's row in a fenced transaction and commit it with the step's record,
+    under its stale token. True if that committed."""
+    job = dataclasses.replace(await s.app.get(job_id), lease_token=token)
+    row = (job_id, step, attempt, token, pid, time.time())
+    insert = (
+        "INSERT INTO fault_step_effects (job_id, step, attempt, lease_token, pid, at) "
+        "VALUES (%s, %s, %s, %s, %s, %s)"
+    )
+    conn: Any
+    if s.sqlite:
+        conn = sqlite3.connect(effects.sqlite_path(s.url), timeout=30, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(insert.replace("%s", "?"), row)
+    else:
+        conn = await psycopg.AsyncConnection.connect(s.url)
+        await conn.execute(insert, row)
+    fenced = FencedConnection(conn, s.url, job)
+    try:
+        await fenced.commit(step, "null")
+    except LeaseLostError:
+        return False
+    finally:
+        await fenced.close()
+    return True
 
 
 def zombie_writes(s: Scenario, committed: set[tuple[int, str, int]]) -> tuple[int, int]:
@@ -171,6 +250,7 @@ async def durable(s: Scenario, seed: int, *, hold: bool) -> None:
     gap = p["seconds"] / (len(faults) + 1)
     frozen: set[str] = set()
     seen = Progress(s)
+    replays: collections.Counter[str] = collections.Counter()
     thaws: list[asyncio.Task[None]] = []
     kills = freezes = replay_kills = 0
     for fault in faults:
@@ -178,16 +258,18 @@ async def durable(s: Scenario, seed: int, *, hold: bool) -> None:
         if fault == "freeze":
             await asyncio.gather(*thaws)  # one zombie at a time: the others carry on
         # A zombie is stopped in a step just begun (on PostgreSQL with its write
-        # uncommitted), and is not the maintenance leader: its jobs are leased again
-        # while it sleeps, so that what it commits when it wakes is a stale attempt's.
+        # uncommitted). No fault hits the maintenance leader, so that a job is leased
+        # again within a lease of its fault (the leader's own failover is the storm's and
+        # the mixed scenario's business): what a zombie commits when it wakes is then a
+        # stale attempt's.
         zombie = fault == "freeze"
-        spare = leader(s) if zombie else None
+        spare = leader(s)
         try:
             name, held, done = await wait_for(
                 lambda spare=spare, zombie=zombie: victim(
                     s, seen, frozen, spare=spare, mid_step=zombie
                 ),
-                15,
+                8,
                 every=0.02,
             )
         except AssertionError:
@@ -198,8 +280,9 @@ async def durable(s: Scenario, seed: int, *, hold: bool) -> None:
             kills += 1
             replay_kills += done > 0
         else:
-            s.history.add("freeze", name=name, held=held, steps=done)
-            thaws.append(asyncio.create_task(freeze(s, name, frozen)))
+            in_step = seen.under_way(held)
+            s.history.add("freeze", name=name, held=held, steps=done, in_step=in_step)
+            thaws.append(asyncio.create_task(freeze(s, name, frozen, in_step, replays)))
             freezes += 1
     await producer
     await asyncio.gather(*thaws)
@@ -229,6 +312,7 @@ async def durable(s: Scenario, seed: int, *, hold: bool) -> None:
         "steps_replayed": f["steps_replayed"],
         "effects": f["step_effects"],
         "writes_uncommitted": f["step_writes_uncommitted"],
+        "replayed_step_commits_refused": replays["refused"],
         "zombie_effects_refused": refused,
         "zombie_effects_committed": accepted,  # unleased while it slept
         "executions": f["executions"],
@@ -237,6 +321,8 @@ async def durable(s: Scenario, seed: int, *, hold: bool) -> None:
         "live_rescues": f["live_rescues"],
     }
     assert f["acked"] == f["jobs"] == p["jobs"], s.figures
+    # The zombie's step commit, replayed with its stale token, was refused every time.
+    assert replays["accepted"] == 0, s.figures
     # Every step of every job completed once, with its one write (invariants 11, 12).
     assert f["steps"] == f["step_effects"] == p["jobs"] * p["steps"], s.figures
     assert len(results) == 1, results  # each job's result: [0, 1, 2, 3, 4]
