@@ -3,6 +3,7 @@ job ends ``succeeded``, and must not cry wolf over a dead one's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -63,6 +64,7 @@ async def rescue_then_succeed(
     done = Outcome(second.id, second.lease_token, JobState.SUCCEEDED, result_json="1")
     assert await store.finish("vm:1:b#1", [done]) == {second.id}
     if not first_died:
+        await asyncio.sleep(0.01)  # A went on for a while after the rescue
         log(tmp_path, "a#1", ev="end", job=first.id, token=first.lease_token, how="fenced")
     return tmp_path
 
