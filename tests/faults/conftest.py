@@ -141,6 +141,8 @@ Figures:
   (or its traffic was dropped by iptables); `fence_margin` is how long before its lease
   ended each was stopped, `rescue_after_cut` from the cut until the rescuer freed it,
   `rejoin` from healing until the host's worker started a job again;
+  `claims_lost_in_cut` were claimed just before the cut but the answer never reached
+  the worker (it never started them; the rescue frees them);
   `rescued_while_slow` counts rescues from a host whose link was slowed (must be 0).
 - failover: a synchronous standby promoted after the primary was stopped
   `-m immediate`, everyone on one multi-host URL; `acked_lost` counts acknowledged

@@ -139,6 +139,7 @@ async def test_hosts_partitioned_and_slowed(scenario: MakeScenario, hosts: HostN
     events = s.db.events()
     margins, rescue_delays = [], []
     late = []
+    unstarted = 0
     for cut in cuts:
         for job, deadline in cut["expiry"].items():
             # Stopped: told to stop (a handler may still sit in a database call, which the
@@ -151,7 +152,14 @@ async def test_hosts_partitioned_and_slowed(scenario: MakeScenario, hosts: HostN
                 and e["proc"] == cut["proc"]
                 and e["t"] >= cut["cut"] - 5
             ]
-            if ends and min(ends) < deadline:
+            started = any(
+                e["ev"] == "start" and e["job"] == job and e["proc"] == cut["proc"] for e in execs
+            )
+            if not started:
+                # Claimed in the database, but the answer was lost in the cut: the
+                # worker never ran it, so there was nothing to stop (the rescue frees it).
+                unstarted += 1
+            elif ends and min(ends) < deadline:
                 margins.append(deadline - min(ends))
             else:
                 late.append((cut["how"], job, deadline, min(ends) if ends else None))
@@ -180,6 +188,7 @@ async def test_hosts_partitioned_and_slowed(scenario: MakeScenario, hosts: HostN
         "jobs_cut_off": sum(len(c["expiry"]) for c in cuts),
         "stopped_before_lease_end": len(margins),
         "stopped_late": len(late),
+        "claims_lost_in_cut": unstarted,
         "fence_margin_min": min(margins) if margins else None,
         "fence_margin_p50": m["p50"],
         "rescue_after_cut_p50": rd["p50"],
