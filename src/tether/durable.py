@@ -37,6 +37,7 @@ from tether.errors import (
     SignalTimeoutError,
 )
 from tether.job import JSON, Job, StepInfo
+from tether.store.common.steps import signal_step
 from tether.store.protocols import StepStore
 
 MAX_NAME = 200
@@ -59,11 +60,6 @@ def check_name(name: str, what: str = "step") -> str:
             f"a {what} name must be 1 to {MAX_NAME} printable characters: {name[:40]!r}"
         )
     return name
-
-
-def signal_step(name: str) -> str:
-    """The step that records a wait for the signal ``name``."""
-    return f"signal:{name}"
 
 
 @dataclasses.dataclass
