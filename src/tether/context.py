@@ -105,10 +105,13 @@ class JobContext:
         max_payload_bytes: int,
         max_artifact_bytes: int,
         threaded: bool = False,
-        steps: Steps | None = None,
+        steps: Callable[[], Steps] | None = None,
     ) -> None:
         self.job = job
-        self._steps = steps
+        # Made at the first step, sleep or wait: most jobs use none, and the launch of
+        # a job is on the hot path.
+        self._make_steps = steps
+        self._steps: Steps | None = None
         self.cancelled = CancelSignal(threaded=threaded)
         self.stopping = CancelSignal(threaded=threaded)
         self.checkpoint: JSON | None = job.checkpoint
@@ -196,7 +199,9 @@ class JobContext:
     def durable(self) -> Steps:
         """The job's durable steps (for the sync context and the ``@tether.step`` form)."""
         if self._steps is None:
-            raise InvalidJobError("durable steps need a job run by a worker")
+            if self._make_steps is None:
+                raise InvalidJobError("durable steps need a job run by a worker")
+            self._steps = self._make_steps()
         return self._steps
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

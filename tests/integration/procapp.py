@@ -119,7 +119,10 @@ def build_app(url: str) -> App:
             log_step(ctx, "effect")
             return ctx.attempt
 
-        return int(await ctx.step("effect", effect))
+        try:
+            return int(await ctx.step("effect", effect))
+        finally:
+            log_step(ctx, "over")  # however the attempt ends: committed, refused, stopped
 
     return app
 

@@ -421,7 +421,7 @@ class Worker:
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
             threaded=task.executor == "thread",
-            steps=Steps(
+            steps=lambda: Steps(
                 job,
                 self.store,
                 worker_id=self.id,

@@ -37,11 +37,11 @@ WHERE tether_steps.state <> 'done'
 LOCK_OWN_JOB = """
 SELECT 1 FROM tether_jobs
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
-FOR NO KEY UPDATE  -- waits, bounded: SqlBase._transact_bounded
+FOR NO KEY UPDATE  -- waits, bounded (SqlBase._transact_bounded): skipping may lose a signal
 """
 LOCK_JOB = """
 SELECT state FROM tether_jobs WHERE id = %(id)s
-FOR NO KEY UPDATE  -- waits, bounded: SqlBase._transact_bounded
+FOR NO KEY UPDATE  -- waits, bounded (SqlBase._transact_bounded): skipping may lose a wake-up
 """
 
 SIGNAL = "SELECT payload FROM tether_signals WHERE job_id = %(id)s AND name = %(name)s"
@@ -73,7 +73,7 @@ RETURNING queue
 FENCE = """
 SELECT 1 FROM tether_jobs
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
-FOR SHARE  -- waits, bounded: SqlBase._transact_bounded
+FOR SHARE  -- waits, bounded (SqlBase._transact_bounded): must see a rescue in flight
 """
 
 # save_step in one round trip (see tether_save_step, migration 0030).
