@@ -25,6 +25,7 @@ from tether.errors import (
     Cancelled,
     ConfigError,
     DuplicateStepError,
+    EnqueueRefused,
     Fail,
     IllegalTransitionError,
     InvalidJobError,
@@ -41,6 +42,7 @@ from tether.errors import (
     WaitForChildren,
     WaitTimeoutError,
 )
+from tether.hooks import Enqueueing, Hook, OutcomeEvent
 from tether.job import Job, JobEvent, StepInfo, WorkerInfo
 from tether.periodic import Schedule
 from tether.states import JobState
@@ -59,7 +61,10 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "DuplicateStepError",
+    "EnqueueRefused",
+    "Enqueueing",
     "Fail",
+    "Hook",
     "IllegalTransitionError",
     "InvalidJobError",
     "Job",
@@ -69,6 +74,7 @@ __all__ = [
     "JobState",
     "LeaseLostError",
     "MaintenanceConfig",
+    "OutcomeEvent",
     "PayloadTooLargeError",
     "RetentionConfig",
     "Retry",

@@ -20,16 +20,19 @@ from tether import hints as h
 from tether import names
 from tether.audit import audited, local_actor
 from tether.cancellation import CancellationResult
+from tether.cancellation.tally import STOPPED_BY
 from tether.config import DEFAULT_DATABASE_URL, AppConfig, RetryPolicy, WorkerConfig
 from tether.errors import ConfigError, JobNotFoundError, WaitTimeoutError
 from tether.facades import Admin, Cancellations, Durable, Jobs, Queues, Schedules
 from tether.facades.base import job_target
 from tether.facades.cancellations import service as cancellation_service
-from tether.job import JSON, Job, NewJob
-from tether.new_job import new_job
+from tether.hooks import Hook, Hooks, OutcomeEvent
+from tether.job import JSON, Job, JobFilter, NewJob
+from tether.new_job import checked_meta, new_job
 from tether.periodic import DEFAULT_GRACE, Missed
 from tether.portal import Portal
 from tether.schema import ensure_schema
+from tether.states import JobState
 from tether.store import (
     MEMORY_URL,
     Store,
@@ -69,6 +72,11 @@ def _span(jobs: Sequence[Job]) -> str:
     return f"jobs:{min(ids)}..{max(ids)} ({len(ids)})" if ids else "jobs: none"
 
 
+#: How a worker says it stopped a handler; the cancelled jobs stopped so are told of by
+#: their worker, not by the App that cancelled them.
+_WORKER_STOPPED = STOPPED_BY | {"cooperative"}
+
+
 class App:
     """A tether application: the tasks it knows and the database it uses.
 
@@ -87,10 +95,18 @@ class App:
     Every mutation made through the App or its facades (enqueue, cancel, pause, resume,
     retry, delete, queue pause and resume, key configuration...) leaves an audit row
     naming ``actor`` (default ``python:<OS user>``; the attribute may be set later too).
+
+    ``hooks`` run the application's own code around enqueues and attempts, and on
+    outcomes (:class:`~tether.Hook`); a worker of this App runs them too.
     """
 
     def __init__(
-        self, url: str | None = None, *, config: AppConfig | None = None, actor: str | None = None
+        self,
+        url: str | None = None,
+        *,
+        config: AppConfig | None = None,
+        actor: str | None = None,
+        hooks: Sequence[Hook] = (),
     ) -> None:
         self.url = url or os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.config = config or AppConfig()
@@ -103,6 +119,8 @@ class App:
             self.url = memory_url()
             self._memory = MemoryDatabase(parse_sqlite_path(self.url))
         self.actor = actor or local_actor("python")
+        #: The application's hooks (see :mod:`tether.hooks`).
+        self.hooks = Hooks(hooks)
         create_store(self.url, self.config.store)  # validates the URL now, not at first use
         self.tasks: dict[str, Task] = {}
         self.resources: dict[str, int] = {}
@@ -339,12 +357,18 @@ class App:
         return {node.name: job for node, job in zip(nodes, jobs, strict=True)}
 
     async def _insert(self, new: list[NewJob], connection: object | None) -> list[Job]:
-        if connection is None:
-            store = await self.store()
-            return await store.enqueue(new)
-        # The app's own store is not touched: on SQLite its connection would wait for
-        # the write lock the caller holds.
-        return await caller_store(self.url, connection).enqueue(new)
+        async def insert(checked: list[NewJob]) -> list[Job]:
+            if connection is None:
+                store = await self.store()
+                return await store.enqueue(checked)
+            # The app's own store is not touched: on SQLite its connection would wait
+            # for the write lock the caller holds.
+            return await caller_store(self.url, connection).enqueue(checked)
+
+        return await self.hooks.enqueue(new, insert, self._checked_meta)
+
+    def _checked_meta(self, new: NewJob) -> NewJob:
+        return checked_meta(new)
 
     def enqueue_sync(
         self,
@@ -394,7 +418,7 @@ class App:
         and changes nothing; a paused job over its budget fails instead.
         """
         service = await cancellation_service(self)
-        return await service.cancel(
+        result = await service.cancel(
             job_id,
             reason=reason or "cancelled by request",
             force=force,
@@ -403,6 +427,26 @@ class App:
             actor=actor,
             request_id=request_id,
         )
+        if self.hooks.hears_outcomes and result.outcome == "cancelled":
+            await self._tell_cancelled(result)
+        return result
+
+    async def _tell_cancelled(self, result: CancellationResult) -> None:
+        """``cancelled`` outcomes for the jobs this cancellation ended before they ran
+        (the worker that stopped a running one tells of it)."""
+        store = await self.store()
+        ids = tuple(result.tasks_cancelled) or (result.job_id,)
+        for job in await store.list_jobs(JobFilter(ids=ids, limit=len(ids))):
+            # A worker that stopped a job says how (``stopped_by``), and tells of it.
+            if job.state is JobState.CANCELLED and job.stopped_by not in _WORKER_STOPPED:
+                await self.hooks.outcome(
+                    OutcomeEvent(
+                        "cancelled",
+                        job,
+                        reason=job.cancel_reason,
+                        cancellation_id=result.cancellation_id,
+                    )
+                )
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Wait until the job is succeeded, failed or cancelled; return it.

@@ -27,6 +27,10 @@ class PayloadTooLargeError(InvalidJobError):
     """Encoded args (or a checkpoint, result) exceed the configured size limit."""
 
 
+class EnqueueRefused(InvalidJobError):
+    """An enqueue hook refused the enqueue; nothing was written."""
+
+
 class JobNotFoundError(TetherError, LookupError):
     """No job has this id."""
 

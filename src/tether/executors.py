@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from tether.context import CURRENT, CancelSignal, JobContext, SyncJobContext
 from tether.errors import Cancelled, Fail, InvalidJobError, Retry
+from tether.hooks import Hooks
 from tether.job import JSON
 from tether.task import Task
 
@@ -337,12 +338,97 @@ def _child_main(
         conn.close()
 
 
+class HookedHandle:
+    """A handler started inside the application's execution hooks: ``future`` is the
+    hooks' chain, and the handler (any executor) starts when the innermost calls on, so
+    what the hooks set in the context (a current span) is the handler's too."""
+
+    def __init__(
+        self,
+        hooks: Hooks,
+        start: Callable[[], Handle],
+        ctx: JobContext,
+        on_start: Callable[[Handle], None] | None = None,
+    ) -> None:
+        self.inner: Handle | None = None
+
+        async def handler() -> Any:
+            self.inner = start()
+            if on_start is not None:
+                on_start(self.inner)
+            return await self.inner.future
+
+        self.future: asyncio.Future[Any] = asyncio.ensure_future(hooks.execute(ctx, handler))
+
+    @property
+    def stopped_by(self) -> str | None:
+        """How the worker ended the handler, as its executor says."""
+        return self.inner.stopped_by if self.inner is not None else self._stopped_by
+
+    @stopped_by.setter
+    def stopped_by(self, value: str | None) -> None:
+        if self.inner is not None:
+            self.inner.stopped_by = value
+        self._stopped_by = value
+
+    _stopped_by: str | None = None
+
+    @property
+    def abandon_after(self) -> float:
+        """As the executor's."""
+        return self.inner.abandon_after if self.inner is not None else self._abandon_after
+
+    @abandon_after.setter
+    def abandon_after(self, value: float) -> None:
+        self._abandon_after = value
+
+    _abandon_after: float = 0.0
+
+    def stop(self, force: bool) -> None:
+        if self.inner is None:
+            self._stopped_by = "task_cancelled"
+            self.future.cancel()  # the hooks had not started the handler yet
+        else:
+            self.inner.stop(force)
+
+    def withdraw(self) -> bool:
+        return self.inner.withdraw() if self.inner is not None else False
+
+
 def start_handler(
-    task: Task, ctx: JobContext, threads: ThreadPoolExecutor, *, grace: float, kill_timeout: float
+    task: Task,
+    ctx: JobContext,
+    threads: ThreadPoolExecutor,
+    *,
+    grace: float,
+    kill_timeout: float,
+    hooks: Hooks | None = None,
+    on_start: Callable[[Handle], None] | None = None,
 ) -> Handle:
-    """Start ``task``'s handler for ``ctx.job``."""
+    """Start ``task``'s handler for ``ctx.job``, inside ``hooks`` when any wraps
+    execution; ``on_start`` is told of the executor's handle once the handler starts."""
+    if hooks is not None and hooks.wraps_execution:
+        return HookedHandle(
+            hooks,
+            lambda: start_handler(task, ctx, threads, grace=grace, kill_timeout=kill_timeout),
+            ctx,
+            on_start,
+        )
+    handle: Handle
     if task.executor == "async":
-        return AsyncHandle(task, ctx, grace)
-    if task.executor == "thread":
-        return ThreadHandle(task, ctx, threads)
-    return ProcessHandle(task, ctx, kill_timeout)
+        handle = AsyncHandle(task, ctx, grace)
+    elif task.executor == "thread":
+        handle = ThreadHandle(task, ctx, threads)
+    else:
+        handle = ProcessHandle(task, ctx, kill_timeout)
+    if on_start is not None:
+        on_start(handle)
+    return handle
+
+
+def thread_of(handle: Handle | None) -> concurrent.futures.Future[Any] | None:
+    """The pool thread's future of a thread handler (``None`` for other executors, or
+    before a hooked handler started)."""
+    if isinstance(handle, HookedHandle):
+        handle = handle.inner
+    return handle.thread if isinstance(handle, ThreadHandle) else None

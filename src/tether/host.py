@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from tether.config import AppConfig
+from tether.hooks import Hooks
 from tether.periodic import Schedule
 from tether.store import Store
 from tether.task import Task
@@ -36,6 +37,11 @@ class Host(Protocol):
     @property
     def tasks(self) -> Mapping[str, Task]:
         """The registered tasks, by name."""
+        ...
+
+    @property
+    def hooks(self) -> Hooks:
+        """Its hooks (the worker runs them around attempts and on outcomes)."""
         ...
 
     @property

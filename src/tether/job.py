@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -101,6 +102,8 @@ class NewJob:
     run_at: datetime | None = None
     # Seconds the idempotency key stays taken by this job; None: for ever.
     unique_for: float | None = None
+    # Small string metadata (tags for people and tools, a trace's context); None: none.
+    meta: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,11 @@ CANCEL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 # Jobs wait and run from milliseconds to hours.
 JOB_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400)
 
+HOOK_ERRORS = Counter(
+    "tether_hook_errors_total",
+    "Hooks that raised (or swallowed an error); the job went on without them.",
+    ["hook", "phase"],
+)
 CANCELLATION_REQUESTS = Counter(
     "tether_cancellation_requests_total", "Cancellation requests received.", ["force"]
 )
@@ -162,6 +167,11 @@ def job_ran(task: str, outcome: Outcome | None, seconds: float, *, parked: bool 
     ``parked`` by a sleep or a wait)."""
     ended = outcome.state.value if outcome is not None else "parked" if parked else "lease_lost"
     _run_duration(task, ended).observe(seconds)
+
+
+def hook_failed(hook: str, phase: str) -> None:
+    """A hook raised (or swallowed an error) in ``phase``; the job went on without it."""
+    HOOK_ERRORS.labels(hook, phase).inc()
 
 
 def zombies_rescued(count: int) -> None:

@@ -93,6 +93,12 @@ def new_job(
     )
 
 
+def checked_meta(new: NewJob) -> NewJob:
+    """``new`` once its ``meta`` (changed by an enqueue hook) is checked again."""
+    # TODO(meta): the enqueue options' meta rules
+    return new
+
+
 def declarations(
     tasks: Mapping[str, Task], schedules: Mapping[str, Schedule], *, max_payload_bytes: int
 ) -> list[ScheduleDeclaration]:

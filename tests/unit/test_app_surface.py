@@ -8,7 +8,7 @@ from tether import App
 from tether.facades import Facade
 
 # Plain data the App carries (its settings and what its code declared), not API.
-DATA = {"url", "config", "actor", "tasks", "resources"}
+DATA = {"url", "config", "actor", "tasks", "resources", "hooks"}
 MAX_APP_NAMES = 20  # its methods; each facade, one concern, is counted apart
 MAX_FACADE_NAMES = 15
 

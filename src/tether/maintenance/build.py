@@ -99,6 +99,7 @@ def build_maintenance(
             leader=leader,
             lease=config.lease_duration,
             backoff=backoff,
+            hooks=app.hooks,
         ),
         follow_up=CancellationFollowUp(
             cancellations, interval=config.rescue_interval, leader=leader, backoff=backoff

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from tether import metrics
 from tether.config import DEFAULT_BACKOFF, LoopBackoff
+from tether.hooks import Hooks, OutcomeEvent
 from tether.job import Job
 from tether.maintenance.leader import Duty, LeaderElection
 from tether.procinfo import process_gone
@@ -101,9 +102,11 @@ class Rescuer(Duty):
         lease: float = DEFAULT_LEASE,
         clock: Callable[[], float] = time.monotonic,
         backoff: LoopBackoff = DEFAULT_BACKOFF,
+        hooks: Hooks | None = None,
     ) -> None:
         super().__init__(interval, leader=leader, backoff=backoff, logger=log)
         self.store = store
+        self.hooks = hooks or Hooks()
         self.session_grace = session_grace
         self.lease = lease
         #: The monotonic clock the counts are watched by (a test may pass its own).
@@ -143,4 +146,6 @@ class Rescuer(Duty):
                 job.attempt,
                 job.max_attempts,
             )
+            if self.hooks.hears_outcomes:
+                await self.hooks.outcome(OutcomeEvent("rescued", job, reason=job.error))
         return rescued

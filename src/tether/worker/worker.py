@@ -22,11 +22,12 @@ from tether.config import WorkerConfig
 from tether.context import CURRENT, JobContext
 from tether.durable import Parked, Steps, UserConnections
 from tether.errors import ConfigError, InvalidJobError, LeaseLostError
-from tether.executors import ThreadHandle, start_handler
-from tether.job import Beat, Job, JobFilter, Outcome
+from tether.executors import Handle, ThreadHandle, start_handler, thread_of
+from tether.hooks import OutcomeEvent, OutcomeKind
+from tether.job import Beat, Job, JobFilter, NewJob, Outcome
 from tether.logs import job_fields
 from tether.maintenance import Maintenance, build_maintenance
-from tether.new_job import new_job
+from tether.new_job import checked_meta, new_job
 from tether.procinfo import hostname, start_time
 from tether.service import Service
 from tether.states import JobState
@@ -45,6 +46,15 @@ if TYPE_CHECKING:
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
+
+
+#: The outcome hooks hear of, by the state an attempt ended in.
+_OUTCOME_KINDS: dict[JobState, OutcomeKind] = {
+    JobState.SUCCEEDED: "succeeded",
+    JobState.RETRYING: "failed",
+    JobState.FAILED: "exhausted",
+    JobState.CANCELLED: "cancelled",
+}
 
 
 class Worker:
@@ -85,6 +95,8 @@ class Worker:
         self._stops_pending = 0
         self._started = False
         self._hard = asyncio.Event()
+        #: Outcome hooks still running (awaited, bounded, at stop).
+        self._telling: set[asyncio.Task[None]] = set()
         #: Handlers that have not ended yet (``running`` also holds jobs whose outcome
         #: is still being written).
         self.executing = 0
@@ -271,6 +283,8 @@ class Worker:
         grace = max(self.config.cancel_grace, self.config.kill_timeout)
         await self._wait_jobs(grace + 5.0, hard_stops=False)
         await self._drain_completer()
+        if self._telling:  # outcome hooks of the last jobs, bounded like the handlers
+            await asyncio.wait(self._telling, timeout=grace + 5.0)
         for svc in self._services:
             svc.stop()
         self.maintenance.stop()
@@ -467,6 +481,8 @@ class Worker:
                     self.threads.pool,
                     grace=self.config.cancel_grace,
                     kill_timeout=self.config.kill_timeout,
+                    hooks=self.app.hooks,
+                    on_start=functools.partial(self._handler_started, run),
                 )
             finally:
                 CURRENT.reset(current)
@@ -476,10 +492,15 @@ class Worker:
         run.handle.future.add_done_callback(functools.partial(self._handler_done, run))
         if job.timeout:
             run.timers.append(loop.call_later(job.timeout, self._time_out, run))
-        if isinstance(run.handle, ThreadHandle):
-            self.threads.taken(run, run.handle.thread)
+
+    def _handler_started(self, run: Run, handle: Handle) -> None:
+        """``run``'s handler started in ``handle`` (a thread one holds a pool thread)."""
+        if isinstance(handle, ThreadHandle) and not run.settled:
+            self.threads.taken(run, handle.thread)
             run.timers.append(
-                loop.call_later(self.config.handler_start_timeout, self._check_started, run)
+                asyncio.get_running_loop().call_later(
+                    self.config.handler_start_timeout, self._check_started, run
+                )
             )
 
     # -- the thread pool -----------------------------------------------------------------
@@ -512,14 +533,19 @@ class Worker:
             ),
             parent_id=parent.id,
         )
-        child = await self.store.spawn(parent.id, parent.lease_token, new)
-        if child is None:
-            # Refused because of a pending cancel or a lost lease: the heartbeat tells
-            # which, and the job ends accordingly. Only this spawn fails here.
-            raise LeaseLostError(
-                f"job {parent.id} can no longer spawn children: it was cancelled, deleted "
-                "or lost its lease"
-            )
+
+        async def insert(checked: list[NewJob]) -> list[Job]:
+            child = await self.store.spawn(parent.id, parent.lease_token, checked[0])
+            if child is None:
+                # Refused because of a pending cancel or a lost lease: the heartbeat
+                # tells which, and the job ends accordingly. Only this spawn fails here.
+                raise LeaseLostError(
+                    f"job {parent.id} can no longer spawn children: it was cancelled, "
+                    "deleted or lost its lease"
+                )
+            return [child]
+
+        (child,) = await self.app.hooks.enqueue([new], insert, checked_meta)
         return child
 
     def _check_budget(self, job_id: int, usage: int) -> None:
@@ -544,7 +570,8 @@ class Worker:
         self.executing -= 1
         for timer in run.timers:
             timer.cancel()
-        if isinstance(run.handle, ThreadHandle) and not run.handle.thread.done():
+        thread = thread_of(run.handle)
+        if thread is not None and not thread.done():
             self.threads.abandon(run)
         job = run.job
         try:
@@ -578,6 +605,8 @@ class Worker:
     def _recorded(self, run: Run, outcome: Outcome, accepted: bool) -> None:
         job = run.job
         self._forget(run)
+        if accepted and self.app.hooks.hears_outcomes:
+            self._tell(run, outcome)
         if accepted:
             level = logging.DEBUG if outcome.state is JobState.SUCCEEDED else logging.INFO
             if not log.isEnabledFor(level):
@@ -613,6 +642,26 @@ class Worker:
         else:
             metrics.lease_lost()
             log.warning("job %s: lease lost before its outcome was recorded", job.id)
+
+    def _tell(self, run: Run, outcome: Outcome) -> None:
+        """Tell the outcome hooks how ``run``'s job ended (not a release or a pause:
+        the job goes on)."""
+        kind = _OUTCOME_KINDS.get(outcome.state)
+        if kind is None:
+            return
+        job = dataclasses.replace(
+            run.job,
+            state=outcome.state,
+            error=outcome.error,
+            stopped_by=outcome.stopped_by or run.job.stopped_by,
+        )
+        reason = run.reason if kind == "cancelled" else outcome.reason
+        event = OutcomeEvent(
+            kind, job, error=outcome.error, reason=reason, cancellation_id=run.cancellation_id
+        )
+        telling = asyncio.ensure_future(self.app.hooks.outcome(event))
+        self._telling.add(telling)
+        telling.add_done_callback(self._telling.discard)
 
     async def log_requests(self, heard: list[tuple[Run, str]]) -> None:
         """Log at INFO that running jobs were asked to ``cancel`` or ``pause``, with each
