@@ -30,9 +30,13 @@ class CancelSignal:
 
     The same kind of signal is ``ctx.stopping``, raised (reason ``shutdown``) as soon as
     the worker begins a graceful stop, while the job may still run.
+
+    For a cancel or a pause, ``detail`` is the request's own reason and
+    ``cancellation_id`` the cancellation's record, once the worker has read them (a
+    moment after the signal; ``None`` until then).
     """
 
-    __slots__ = ("_event", "_flag", "_raised", "reason")
+    __slots__ = ("_event", "_flag", "_raised", "cancellation_id", "detail", "reason")
 
     def __init__(self, *, threaded: bool = False) -> None:
         # Events are made only where they can be waited on: one per job adds up.
@@ -40,6 +44,8 @@ class CancelSignal:
         self._event: asyncio.Event | None = None
         self._flag = threading.Event() if threaded else None
         self.reason: str | None = None
+        self.detail: str | None = None
+        self.cancellation_id: str | None = None
 
     def set(self, reason: str) -> None:
         """Raise the signal (from the event loop thread, or a signal handler)."""

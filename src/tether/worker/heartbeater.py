@@ -142,16 +142,20 @@ class Heartbeater(Service):
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
                 w.interrupt(run, "lease_lost")
-        heard: list[tuple[Run, str]] = []
+        heard: list[tuple[Run, str, bool]] = []
         for req in res.requests:
             held = w.running.get(req.job_id)
             if held is not None and req.cancel:
-                w.interrupt(held, "cancel", force=req.force)
-                heard.append((held, "cancel"))
+                heard.append((held, "cancel", req.force))
             elif held is not None and req.pause:
-                w.interrupt(held, "pause", detail="pause requested")
-                heard.append((held, "pause"))
-        await w.log_requests(heard)
+                heard.append((held, "pause", False))
+        # The requests' reasons are read first (a read, only for requests not heard
+        # before), so the handler's signal, the log, the hooks and a trace all say why.
+        await w.log_requests([(run, kind) for run, kind, _ in heard])
+        for run, kind, force in heard:
+            if run.job.id in w.running:
+                detail = "pause requested" if kind == "pause" else None
+                w.interrupt(run, kind, force=force, detail=detail)
         return len(beats)
 
     @property

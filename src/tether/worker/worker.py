@@ -659,7 +659,15 @@ class Worker:
         event = OutcomeEvent(
             kind, job, error=outcome.error, reason=reason, cancellation_id=run.cancellation_id
         )
-        telling = asyncio.ensure_future(self.app.hooks.outcome(event))
+
+        async def tell() -> None:
+            if kind == "cancelled" and event.cancellation_id is None:
+                found = await self._cancellation_id(job.id)
+                await self.app.hooks.outcome(dataclasses.replace(event, cancellation_id=found))
+            else:
+                await self.app.hooks.outcome(event)
+
+        telling = asyncio.ensure_future(tell())
         self._telling.add(telling)
         telling.add_done_callback(self._telling.discard)
 
@@ -684,6 +692,10 @@ class Worker:
             job, now = run.job, found.get(run.job.id)
             if now is not None:
                 run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
+            if kind == "cancel":
+                run.cancellation_id = await self._cancellation_id(job.id)
+            run.ctx.cancelled.detail = run.reason
+            run.ctx.cancelled.cancellation_id = run.cancellation_id
             force = kind == "cancel" and now is not None and now.cancel_force
             log.info(
                 "job %s (%s) attempt %d: %s requested%s: %s",
@@ -703,6 +715,16 @@ class Worker:
                     worker_id=self.id,
                 ),
             )
+
+    async def _cancellation_id(self, job_id: int) -> str | None:
+        """The record of the cancellation in progress for ``job_id``, if written yet (a
+        canceller asks first and writes its record next)."""
+        try:
+            row = await self.store.get_cancellation(job_id=job_id, request_id=None)
+        except Exception as exc:  # for the log and the hooks only
+            log.debug("could not read job %s's cancellation record: %s", job_id, exc)
+            return None
+        return row.id if row is not None else None
 
     def _forget(self, run: Run) -> None:
         if self.running.get(run.job.id) is run:
