@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -54,6 +55,9 @@ class Job:
     phase: str | None = None
     waiting_children: bool = False
     cancel_cascade: bool = True
+    #: String labels set at enqueue and carried with the job (a trace context, say);
+    #: ``None`` when it has none.
+    meta: dict[str, str] | None = None
 
     @property
     def key_limit(self) -> str | None:
@@ -101,6 +105,8 @@ class NewJob:
     run_at: datetime | None = None
     # Seconds the idempotency key stays taken by this job; None: for ever.
     unique_for: float | None = None
+    # String labels carried with the job (checked by tether.job_meta); None: none.
+    meta: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
