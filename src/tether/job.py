@@ -55,6 +55,9 @@ class Job:
     phase: str | None = None
     waiting_children: bool = False
     cancel_cascade: bool = True
+    #: String labels set at enqueue and carried with the job (a trace context, say);
+    #: ``None`` when it has none.
+    meta: dict[str, str] | None = None
 
     @property
     def key_limit(self) -> str | None:
@@ -102,7 +105,7 @@ class NewJob:
     run_at: datetime | None = None
     # Seconds the idempotency key stays taken by this job; None: for ever.
     unique_for: float | None = None
-    # Small string metadata (tags for people and tools, a trace's context); None: none.
+    # String labels carried with the job (checked by tether.job_meta); None: none.
     meta: Mapping[str, str] | None = None
 
 

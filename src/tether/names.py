@@ -19,6 +19,18 @@ NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@<>\-]{0,199}$"
 _NAME = re.compile(NAME_PATTERN)
 
 
+MAX_META_KEY = 64
+META_KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"
+"""A job meta key: the safe alphabet without ``: @ < >``, 1 to 64 characters (it may
+become a query parameter, ``?meta=key:value``, or a label name)."""
+_META_KEY = re.compile(META_KEY_PATTERN)
+
+
+def is_safe_meta_key(key: str) -> bool:
+    """Whether ``key`` may name a job meta entry (see :data:`META_KEY_PATTERN`)."""
+    return _META_KEY.fullmatch(key) is not None
+
+
 def is_safe(name: str) -> bool:
     """Whether ``name`` is in the safe alphabet."""
     return _NAME.fullmatch(name) is not None

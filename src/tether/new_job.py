@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
-from tether import names, payload
+from tether import job_meta, names, payload
 from tether.errors import InvalidJobError, PayloadTooLargeError, UnknownTaskError
 from tether.job import JSON, NewJob
 from tether.ops import ScheduleDeclaration
@@ -71,6 +72,7 @@ def new_job(
             raise InvalidJobError(f"unique_for must be positive, got {opts.unique_for}")
     if opts.budget is not None and opts.budget <= 0:
         raise InvalidJobError(f"budget must be positive, got {opts.budget}")
+    meta = job_meta.check(opts.meta)
     limits = ([f"key:{opts.key}"] if opts.key is not None else []) + [
         f"resource:{r}" for r in task.resources
     ]
@@ -90,13 +92,13 @@ def new_job(
         depends_on=tuple(opts.depends_on),
         run_at=opts.run_at,
         unique_for=opts.unique_for,
+        meta=meta,
     )
 
 
 def checked_meta(new: NewJob) -> NewJob:
     """``new`` once its ``meta`` (changed by an enqueue hook) is checked again."""
-    # TODO(meta): the enqueue options' meta rules
-    return new
+    return dataclasses.replace(new, meta=job_meta.check(new.meta))
 
 
 def declarations(

@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -52,6 +52,10 @@ class EnqueueOptions:
     connection: object | None = None
     """The caller's database connection, in a transaction: the job commits or rolls
     back with it (a psycopg 3 connection, or a ``sqlite3.Connection`` to the same file)."""
+    meta: Mapping[str, str] | None = None
+    """String labels carried with the job (a trace context, an operator's tags): at most
+    32 keys of 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, values of at most 512
+    characters, 4 KiB in all (:mod:`tether.job_meta`)."""
 
 
 class Task(Generic[P, R]):

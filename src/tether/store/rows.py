@@ -29,7 +29,7 @@ JOB_COLUMNS = (
     "heartbeat_at, cancel_requested_at, cancel_reason, cancel_force, checkpoint, "
     "progress_current, progress_total, result, error, owner, idempotency_key, "
     "pause_requested_at, pause_reason, budget, usage, limits, stopped_by, "
-    "parent_id, phase, waiting_children, cancel_cascade"
+    "parent_id, phase, waiting_children, cancel_cascade, meta"
 )
 
 
@@ -46,7 +46,7 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 # Positions in JOB_COLUMNS (and Job's fields) of the columns a dialect may store in
 # another form: times, JSON payloads, flags.
 _TIME_AT = (10, 11, 12, 13, 16, 17, 18, 28)
-_JSON_AT = (2, 21, 24)
+_JSON_AT = (2, 21, 24, 38)
 _FLAG_AT = (20, 36, 37)
 _STATE_AT, _KEY_AT, _LIMITS_AT = 6, 27, 32
 
@@ -131,6 +131,7 @@ class RowReader:
             phase=row["phase"],
             waiting_children=bool(row["waiting_children"]),
             cancel_cascade=bool(row["cancel_cascade"]),
+            meta=self._json(row["meta"]),
         )
 
     def job_from_tuple(self, row: Sequence[Any]) -> Job:

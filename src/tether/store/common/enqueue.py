@@ -19,6 +19,11 @@ def _id(job: Job) -> int:
     return job.id
 
 
+def _meta_json(job: NewJob) -> str | None:
+    # No meta is NULL, not {}: a job without meta writes nothing more.
+    return json.dumps(dict(job.meta), separators=(",", ":")) if job.meta else None
+
+
 class EnqueueSql(SqlBase):
     """New jobs: a producer's batch (idempotency keys, dependencies), a running parent's
     children; and deleting one."""
@@ -173,6 +178,7 @@ class EnqueueSql(SqlBase):
             "idem": job.idempotency_key,
             "budget": job.budget,
             "limits": list(job.limits) or None,
+            "meta": _meta_json(job),
         }
 
         async def body(tx: Tx) -> Job | None:
@@ -236,4 +242,5 @@ class EnqueueSql(SqlBase):
             has_dependents,
             j.run_at,
             j.unique_for,
+            _meta_json(j),
         )

@@ -56,16 +56,16 @@ DEPENDENCY_STATES = "SELECT id, state FROM tether_jobs WHERE id = ANY(%(ids)s) F
 _INSERT_JOBS = f"""
 INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, timeout,
                          run_at, owner, idempotency_key, actor, budget, limits, parent_id,
-                         has_dependents, idempotency_expires_at)
+                         has_dependents, idempotency_expires_at, meta)
 SELECT COALESCE(i, nextval('tether_jobs_id_seq')), t, a::jsonb, q, p, k, st, m, tmo,
        COALESCE(ra, now() + make_interval(secs => d)), o, ik, 'enqueue', b,
        CASE WHEN l IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(l::jsonb))
-       END, par, hd, now() + make_interval(secs => uf)
+       END, par, hd, now() + make_interval(secs => uf), mt::jsonb
 FROM unnest(%(i)s::bigint[], %(t)s::text[], %(a)s::text[], %(q)s::text[], %(p)s::int[],
             %(k)s::text[], %(st)s::text[], %(m)s::int[], %(tmo)s::float8[], %(d)s::float8[],
             %(o)s::text[], %(ik)s::text[], %(b)s::bigint[], %(l)s::text[], %(par)s::bigint[],
-            %(hd)s::boolean[], %(ra)s::timestamptz[], %(uf)s::float8[])
-     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf)
+            %(hd)s::boolean[], %(ra)s::timestamptz[], %(uf)s::float8[], %(mt)s::text[])
+     AS x(i, t, a, q, p, k, st, m, tmo, d, o, ik, b, l, par, hd, ra, uf, mt)
 {{conflict}}RETURNING idempotency_key, {JOB_COLUMNS}
 """
 INSERT_JOBS = _INSERT_JOBS.format(
@@ -76,7 +76,7 @@ INSERT_JOBS = _INSERT_JOBS.format(
 INSERT_KEYLESS_JOBS = _INSERT_JOBS.format(conflict="")
 _INSERT_COLUMNS = (
     *("i", "t", "a", "q", "p", "k", "st", "m", "tmo"),
-    *("d", "o", "ik", "b", "l", "par", "hd", "ra", "uf"),
+    *("d", "o", "ik", "b", "l", "par", "hd", "ra", "uf", "mt"),
 )
 
 
@@ -119,10 +119,10 @@ MARK_UPSTREAM = None
 
 SPAWN = f"""
 INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, timeout, run_at,
-                         owner, idempotency_key, actor, budget, limits, parent_id)
+                         owner, idempotency_key, actor, budget, limits, parent_id, meta)
 SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(key)s, 'queued',
        %(max_attempts)s, %(timeout)s, now() + make_interval(secs => %(delay)s), p.owner,
-       %(idem)s, 'spawn', %(budget)s, %(limits)s::text[], p.id
+       %(idem)s, 'spawn', %(budget)s, %(limits)s::text[], p.id, %(meta)s::jsonb
 FROM tether_jobs p
 -- Fenced by the parent's lease: a cancelled, deleted or rescued parent cannot spawn.
 WHERE p.id = %(parent)s AND p.lease_token = %(token)s AND p.state = 'running'

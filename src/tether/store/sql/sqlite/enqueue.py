@@ -60,10 +60,10 @@ def _at(i: int) -> str:
 INSERT_JOBS = (
     "INSERT INTO tether_jobs (id, task, args, queue, priority, key, state, max_attempts, "
     "timeout, run_at, created_at, owner, idempotency_key, actor, budget, limits, parent_id, "
-    "has_dependents, batch, idempotency_expires_at) "
+    "has_dependents, batch, idempotency_expires_at, meta) "
     f"SELECT {', '.join(_at(i) for i in range(9))}, COALESCE({_at(16)}, {NOW} + {_at(9)}), "
     f"{NOW}, {_at(10)}, {_at(11)}, 'enqueue', {_at(12)}, {_at(13)}, {_at(14)}, {_at(15)}, "
-    f":batch, {NOW} + {_at(17)} FROM json_each(:rows) ORDER BY key "
+    f":batch, {NOW} + {_at(17)}, {_at(18)} FROM json_each(:rows) ORDER BY key "
     f"RETURNING idempotency_key, {JOB_COLUMNS}"
 )
 # SQLite's insert has no conflict clause to leave out (the key's lookup comes first).
@@ -99,8 +99,9 @@ MARK_UPSTREAM = f"UPDATE tether_jobs SET has_dependents = 1 WHERE id IN {each('i
 SPAWN = (
     "INSERT INTO tether_jobs (task, args, queue, priority, key, state, max_attempts, "
     "timeout, run_at, created_at, owner, idempotency_key, actor, budget, limits, "
-    "parent_id) SELECT :task, :args, :queue, :priority, :key, 'queued', :max_attempts, "
-    f":timeout, {NOW} + :delay, {NOW}, p.owner, :idem, 'spawn', :budget, :limits, p.id "
+    "parent_id, meta) SELECT :task, :args, :queue, :priority, :key, 'queued', :max_attempts, "
+    f":timeout, {NOW} + :delay, {NOW}, p.owner, :idem, 'spawn', :budget, :limits, p.id, "
+    ":meta "
     "FROM tether_jobs p WHERE p.id = :parent AND p.lease_token = :token "
     "AND p.state = 'running' AND p.cancel_requested_at IS NULL "
     f"RETURNING {JOB_COLUMNS}"
