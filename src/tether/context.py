@@ -36,7 +36,15 @@ class CancelSignal:
     moment after the signal; ``None`` until then).
     """
 
-    __slots__ = ("_event", "_flag", "_raised", "cancellation_id", "detail", "reason")
+    __slots__ = (
+        "_described",
+        "_event",
+        "_flag",
+        "_raised",
+        "cancellation_id",
+        "detail",
+        "reason",
+    )
 
     def __init__(self, *, threaded: bool = False) -> None:
         # Events are made only where they can be waited on: one per job adds up.
@@ -46,6 +54,7 @@ class CancelSignal:
         self.reason: str | None = None
         self.detail: str | None = None
         self.cancellation_id: str | None = None
+        self._described: asyncio.Event | None = None
 
     def set(self, reason: str) -> None:
         """Raise the signal (from the event loop thread, or a signal handler)."""
@@ -56,6 +65,21 @@ class CancelSignal:
             self._flag.set()
         if self._event is not None:
             self._event.set()
+
+    def describe(self, detail: str | None, cancellation_id: str | None) -> None:
+        """Record the request's reason and record, once read (from the event loop)."""
+        self.detail = detail
+        self.cancellation_id = cancellation_id
+        if self._described is None:
+            self._described = asyncio.Event()
+        self._described.set()
+
+    async def described(self, timeout: float) -> None:
+        """Return once :meth:`describe` was called, or after ``timeout`` seconds."""
+        if self._described is None:
+            self._described = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._described.wait(), timeout)
 
     def is_set(self) -> bool:
         """Whether the job has been asked to stop."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,8 @@ class Tracing(Hook):
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         from tether import __version__
 
+        #: The provider spans go to (``None``: the global one).
+        self.tracer_provider = tracer_provider
         self.tracer = trace.get_tracer("tether", __version__, tracer_provider=tracer_provider)
 
     async def enqueue(
@@ -108,13 +111,15 @@ class Tracing(Hook):
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            with _requests_as_events(ctx, span):
+            with _requests_as_events(ctx, span) as requested:
                 try:
                     value = await call_next()
                 except BaseException as exc:
-                    _ended(span, ctx, exc)
+                    await _described(ctx)
+                    _ended(span, ctx, exc, requested)
                     raise
-            _ended(span, ctx, None)
+            await _described(ctx)
+            _ended(span, ctx, None, requested)
             return value
 
     async def outcome(self, event: OutcomeEvent) -> None:
@@ -141,18 +146,29 @@ class Tracing(Hook):
             span.set_attribute("tether.outcome", job.state.value)
 
 
+#: How long an attempt's span waits, once its handler ended on a cancel or pause
+#: request, for the worker to read the request's reason and record (one query).
+DESCRIBED_WAIT = 1.0
+
+
+async def _described(ctx: JobContext) -> None:
+    if ctx.cancelled.reason in ("cancel", "pause") and ctx.cancelled.detail is None:
+        await ctx.cancelled.described(DESCRIBED_WAIT)
+
+
 @contextlib.contextmanager
-def _requests_as_events(ctx: JobContext, span: trace.Span) -> Iterator[None]:
-    """Add an event to ``span`` when the attempt is asked to stop (cancel, pause, the
-    worker's shutdown, a lost lease), as it is asked."""
+def _requests_as_events(ctx: JobContext, span: trace.Span) -> Iterator[list[int]]:
+    """Note when the attempt is asked to stop (cancel, pause, the worker's shutdown, a
+    lost lease); :func:`_ended` adds the event, stamped then, with what is known."""
+    requested: list[int] = []
 
     async def watch() -> None:
         await ctx.cancelled.wait()
-        span.add_event(f"tether.{ctx.cancelled.reason}_requested", _stop_attributes(ctx))
+        requested.append(time.time_ns())
 
     watcher = asyncio.ensure_future(watch())
     try:
-        yield
+        yield requested
     finally:
         watcher.cancel()
 
@@ -167,9 +183,17 @@ def _stop_attributes(ctx: JobContext) -> dict[str, Any]:
     return attributes
 
 
-def _ended(span: trace.Span, ctx: JobContext, exc: BaseException | None) -> None:
+def _ended(
+    span: trace.Span, ctx: JobContext, exc: BaseException | None, requested: list[int]
+) -> None:
     """The attempt's outcome on its span, as the handler's end will be recorded."""
     job, stop = ctx.job, ctx.cancelled.reason
+    if stop is not None:
+        span.add_event(
+            f"tether.{stop}_requested",
+            _stop_attributes(ctx),
+            timestamp=requested[0] if requested else None,
+        )
     if stop in ("cancel", "pause", "shutdown", "lease_lost"):
         outcome = {"cancel": "cancelled", "pause": "paused", "shutdown": "released"}.get(
             stop, "lease_lost"
@@ -191,12 +215,4 @@ def _ended(span: trace.Span, ctx: JobContext, exc: BaseException | None) -> None
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200]))
 
 
-def asgi_middleware(api: Any) -> Any:
-    """``api`` wrapped so that each request continues the caller's trace (its
-    ``traceparent`` header), for the REST API of an App that traces."""
-    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
-
-    return OpenTelemetryMiddleware(api)
-
-
-__all__ = ["CONTEXT_KEYS", "Tracing", "asgi_middleware"]
+__all__ = ["CONTEXT_KEYS", "Tracing"]

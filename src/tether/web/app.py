@@ -71,7 +71,19 @@ def create_app(tether_app: App, settings: ApiSettings | None = None) -> FastAPI:
     api.include_router(root.router)
     dashboard.install(api)
     api.add_middleware(Guard, max_body_bytes=settings.max_body_bytes)
+    _trace_requests(api, tether_app)
     return api
+
+
+def _trace_requests(api: FastAPI, tether_app: App) -> None:
+    """An App that traces (``tether.otel.Tracing``) gets its requests traced too: each
+    continues the caller's trace, so an enqueue made through the API joins it."""
+    tracing = [h for h in tether_app.hooks.all if type(h).__module__ == "tether.otel"]
+    if tracing:
+        from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+        provider = getattr(tracing[0], "tracer_provider", None)
+        api.add_middleware(OpenTelemetryMiddleware, tracer_provider=provider)
 
 
 def server_config(api: Any, host: str, port: int, settings: ApiSettings, **kwargs: Any) -> Any:

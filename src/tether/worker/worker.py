@@ -694,8 +694,7 @@ class Worker:
                 run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
             if kind == "cancel":
                 run.cancellation_id = await self._cancellation_id(job.id)
-            run.ctx.cancelled.detail = run.reason
-            run.ctx.cancelled.cancellation_id = run.cancellation_id
+            run.ctx.cancelled.describe(run.reason, run.cancellation_id)
             force = kind == "cancel" and now is not None and now.cancel_force
             log.info(
                 "job %s (%s) attempt %d: %s requested%s: %s",
