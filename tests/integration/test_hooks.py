@@ -307,3 +307,34 @@ async def test_hooks_run_around_a_spawn_and_a_handlers_retry_steering_stands(
 def test_a_hook_must_be_a_hook() -> None:
     with pytest.raises(TypeError, match=r"subclass tether\.Hook"):
         Hooks([object()])  # type: ignore[list-item]
+
+
+async def test_a_hook_that_stalls_holds_no_job_for_ever(app: App, workers: StartWorker) -> None:
+    """An execution hook that never calls on is cancelled with its job; an outcome hook
+    that never returns does not hold the worker's stop past its bound."""
+    stalled = asyncio.Event()
+
+    class Stall(Hook):
+        async def execute(
+            self, ctx: tether.JobContext, call_next: Callable[[], Awaitable[Any]]
+        ) -> Any:
+            stalled.set()
+            await asyncio.Event().wait()  # never calls on
+
+        async def outcome(self, event: OutcomeEvent) -> None:
+            await asyncio.Event().wait()
+
+    app.hooks = Hooks([Stall()])
+
+    @app.task
+    async def never_runs(ctx: tether.JobContext) -> None:
+        raise AssertionError("the hook never lets it start")
+
+    job = await never_runs.enqueue()
+    worker = await workers()
+    await asyncio.wait_for(stalled.wait(), 10)
+    result = await app.cancel(job.id, reason="stuck in a hook", wait=10)
+    assert result.outcome == "cancelled"
+    assert (await app.get(job.id)).state is JobState.CANCELLED
+    # Its outcome hook is stuck for ever; the stop is bounded all the same.
+    await asyncio.wait_for(worker.stop(), 15)

@@ -284,7 +284,10 @@ class Worker:
         await self._wait_jobs(grace + 5.0, hard_stops=False)
         await self._drain_completer()
         if self._telling:  # outcome hooks of the last jobs, bounded like the handlers
-            await asyncio.wait(self._telling, timeout=grace + 5.0)
+            _, late = await asyncio.wait(self._telling, timeout=grace)
+            for telling in late:
+                log.warning("an outcome hook still runs at the worker's stop; cancelling it")
+                telling.cancel()
         for svc in self._services:
             svc.stop()
         self.maintenance.stop()
