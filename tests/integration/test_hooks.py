@@ -338,3 +338,19 @@ async def test_a_hook_that_stalls_holds_no_job_for_ever(app: App, workers: Start
     assert (await app.get(job.id)).state is JobState.CANCELLED
     # Its outcome hook is stuck for ever; the stop is bounded all the same.
     await asyncio.wait_for(worker.stop(), 15)
+
+
+async def test_execution_hooks_wrap_a_process_handler_and_see_its_crash(app: App) -> None:
+    from tests.integration.proc_tasks import register
+
+    recorder = Recorder()
+    app.hooks = Hooks([recorder])
+    tasks = register(app, max_attempts=1)
+    ok = await tasks["add_with_checkpoint"].enqueue(a=2, b=3)
+    crashed = await tasks["crash"].enqueue()
+    await app.run_until_idle()
+    assert (await app.get(ok.id)).state is JobState.SUCCEEDED
+    assert (await app.get(crashed.id)).state is JobState.FAILED
+    seen = dict(recorder.executed)
+    assert seen[ok.id].startswith("returned {")
+    assert seen[crashed.id] == "raised RuntimeError"
