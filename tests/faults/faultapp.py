@@ -4,9 +4,10 @@ Run as ``python -m tests.faults.faultapp`` with:
 
 - ``TETHER_FAULT_URL``: the database (for PostgreSQL maybe through the fault proxy);
 - ``TETHER_FAULT_DIR``: the run directory (executions are logged under ``exec/``);
-- ``TETHER_FAULT_CONFIG``: JSON overrides of the worker settings, and two of the app's:
-  ``schedules`` (``[{"name", "cron"}]``: per-second ticks of a ``work`` job, declared
-  by this worker's app only) and ``retention`` (:class:`~tether.RetentionConfig`);
+- ``TETHER_FAULT_CONFIG``: JSON overrides of the worker settings, and three of the
+  app's: ``schedules`` (``[{"name", "cron"}]``: per-second ticks of a ``work`` job,
+  declared by this worker's app only), ``retention`` (:class:`~tether.RetentionConfig`)
+  and ``hooks`` (``{"fail": p}``: :class:`FlakyHooks` that fail or stall);
 - ``TETHER_FAULT_NAME``: the worker's name (kept across restarts);
 - ``TETHER_FAULT_PROC``: this incarnation's key (``name#n``), the same in every PID
   namespace; its execution log is ``exec/exec-<key>.log`` and its worker id is written
@@ -39,6 +40,7 @@ import tether
 from tests.faults import effects
 from tether import App, JobState, LeaseLostError, RetentionConfig, Worker, WorkerConfig
 from tether.config import LoopBackoff
+from tether.hooks import Hooks
 from tether.store.postgres import URL_SETTINGS
 
 # Worker settings for every scenario: a 3 s lease renewed every 0.5 s; dead processes
@@ -389,6 +391,52 @@ class WorkerEvents(logging.Handler):
             record(ev="launch", job=job, attempt=getattr(log_record, "attempt", None))
 
 
+class FlakyHooks(tether.Hook):
+    """Hooks that fail: each call raises (before or after calling on) or, for an
+    outcome, stalls, with probability ``fail``; seeded per process. What a hook did is
+    logged (``ev="hook"``), so a scenario can count it."""
+
+    def __init__(self, fail: float, stall_s: float = 5.0) -> None:
+        import random
+
+        self.rng = random.Random(f"{_proc()}:{os.getpid()}")
+        self.fail = fail
+        self.stall_s = stall_s
+
+    def _roll(self, phase: str, job: int | None) -> str | None:
+        r = self.rng.random()
+        if r >= self.fail:
+            return None
+        how = "before" if r < self.fail / 2 else "after"
+        record(ev="hook", phase=phase, how=how, job=job)
+        return how
+
+    async def enqueue(self, jobs: Any, call_next: Any) -> Any:
+        how = self._roll("enqueue", None)
+        if how == "before":
+            raise RuntimeError("flaky enqueue hook (before)")
+        made = await call_next()
+        if how == "after":
+            raise RuntimeError("flaky enqueue hook (after)")
+        return made
+
+    async def execute(self, ctx: tether.JobContext, call_next: Any) -> Any:
+        how = self._roll("execute", ctx.id)
+        if how == "before":
+            raise RuntimeError("flaky execute hook (before)")
+        value = await call_next()
+        if how == "after":
+            raise RuntimeError("flaky execute hook (after)")
+        return value
+
+    async def outcome(self, event: tether.OutcomeEvent) -> None:
+        how = self._roll("outcome", event.job.id)
+        if how == "before":
+            raise RuntimeError("flaky outcome hook")
+        if how == "after":
+            await asyncio.sleep(self.stall_s)  # a stalled reporter (a slow tracker)
+
+
 async def main() -> None:
     logging.basicConfig(
         level=logging.INFO,
@@ -408,6 +456,8 @@ async def main() -> None:
         app.schedules.declare("work", cron=sched["cron"], name=sched["name"], args={"ms": 10})
     if (retention := settings.pop("retention", None)) is not None:
         app.config = dataclasses.replace(app.config, retention=RetentionConfig(**retention))
+    if (hooks := settings.pop("hooks", None)) is not None:
+        app.hooks = Hooks([FlakyHooks(**hooks)])
     if "queues" in settings:
         settings["queues"] = tuple(settings["queues"])
     name = os.environ.get("TETHER_FAULT_NAME")

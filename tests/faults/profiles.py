@@ -99,6 +99,8 @@ SHORT: dict[str, dict[str, Any]] = {
     "hosts": {"keep": 16, "ms": (200, 600), "rounds": 1, "seconds": 5.0, "slow_s": 2.0},
     "durable": _DURABLE_SHORT,
     "sqlite_durable": _DURABLE_SHORT,
+    "hooks": {"poison": 2, "normal": 100, "fail": 0.3},
+    "sqlite_hooks": {"poison": 2, "normal": 60, "fail": 0.3},
 }
 
 FULL: dict[str, dict[str, Any]] = {
@@ -133,6 +135,8 @@ FULL: dict[str, dict[str, Any]] = {
     "hosts": {"keep": 24, "ms": (200, 800), "rounds": 3, "seconds": 15.0, "slow_s": 10.0},
     "durable": _DURABLE_FULL,
     "sqlite_durable": _DURABLE_FULL,
+    "hooks": {"poison": 10, "normal": 1000, "fail": 0.3},
+    "sqlite_hooks": {"poison": 10, "normal": 600, "fail": 0.3},
 }
 
 PROFILES = {"short": SHORT, "full": FULL}
