@@ -101,9 +101,17 @@ class ProcessHandle:
     fenced write is done), progress, usage, and finally the result or the error.
     """
 
-    def __init__(self, task: Task, ctx: JobContext, kill_timeout: float) -> None:
+    def __init__(
+        self,
+        task: Task,
+        ctx: JobContext,
+        kill_timeout: float,
+        on_signal: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.ctx = ctx
+        # Told of every signal sent (its name and the process id), for the worker's log.
+        self.on_signal = on_signal
         self.kill_timeout = kill_timeout
         self.future: asyncio.Future[Any] = self.loop.create_future()
         self._outcome: tuple[str, Any] | None = None
@@ -164,10 +172,13 @@ class ProcessHandle:
             self.stopped_by = "sigkill"
             self._signal(signal.SIGKILL)
 
-    def _signal(self, sig: int) -> None:
-        if self.proc.pid is not None:
+    def _signal(self, sig: signal.Signals) -> None:
+        pid = self.proc.pid
+        if pid is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, sig)
+                os.kill(pid, sig)
+            if self.on_signal is not None:
+                self.on_signal(sig.name, pid)
 
     def _on_message(self) -> None:
         try:
@@ -338,11 +349,18 @@ def _child_main(
 
 
 def start_handler(
-    task: Task, ctx: JobContext, threads: ThreadPoolExecutor, *, grace: float, kill_timeout: float
+    task: Task,
+    ctx: JobContext,
+    threads: ThreadPoolExecutor,
+    *,
+    grace: float,
+    kill_timeout: float,
+    on_signal: Callable[[str, int], None] | None = None,
 ) -> Handle:
-    """Start ``task``'s handler for ``ctx.job``."""
+    """Start ``task``'s handler for ``ctx.job`` (``on_signal``: told of each signal a
+    process handler is sent)."""
     if task.executor == "async":
         return AsyncHandle(task, ctx, grace)
     if task.executor == "thread":
         return ThreadHandle(task, ctx, threads)
-    return ProcessHandle(task, ctx, kill_timeout)
+    return ProcessHandle(task, ctx, kill_timeout, on_signal)

@@ -467,6 +467,7 @@ class Worker:
                     self.threads.pool,
                     grace=self.config.cancel_grace,
                     kill_timeout=self.config.kill_timeout,
+                    on_signal=functools.partial(self._signalled, run),
                 )
             finally:
                 CURRENT.reset(current)
@@ -608,6 +609,7 @@ class Worker:
                     state=outcome.state.value,
                     reason=reason,
                     worker_id=self.id,
+                    cancellation_id=run.cancellation_id,
                 ),
             )
         else:
@@ -628,6 +630,11 @@ class Worker:
             found = {
                 j.id: j for j in await self.store.list_jobs(JobFilter(ids=ids, limit=len(ids)))
             }
+            for run, kind in new:
+                if kind == "cancel":
+                    # The record is written just after the request: it may not be yet.
+                    record = await self.store.get_cancellation(job_id=run.job.id, request_id=None)
+                    run.cancellation_id = record.id if record is not None else None
         except Exception as exc:  # the log lines must not cost the heartbeat
             log.debug("could not read the reasons of %d request(s): %s", len(ids), exc)
             found = {}
@@ -637,13 +644,14 @@ class Worker:
                 run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
             force = kind == "cancel" and now is not None and now.cancel_force
             log.info(
-                "job %s (%s) attempt %d: %s requested%s: %s",
+                "job %s (%s) attempt %d: %s requested%s: %s%s",
                 job.id,
                 job.task,
                 job.attempt,
                 kind,
                 " (force)" if force else "",
                 run.reason or "no reason given",
+                f" ({run.cancellation_id})" if kind == "cancel" and run.cancellation_id else "",
                 extra=job_fields(
                     f"{kind}_requested",
                     job_id=job.id,
@@ -652,6 +660,7 @@ class Worker:
                     attempt=job.attempt,
                     reason=run.reason,
                     worker_id=self.id,
+                    cancellation_id=run.cancellation_id if kind == "cancel" else None,
                 ),
             )
 
@@ -722,9 +731,44 @@ class Worker:
             return
         run.stopped_by_us = True
         metrics.handler_stopped(run.task.executor, force)
+        if run.task.executor != "process":  # a process's signals are logged as sent
+            how = "its task cancelled" if run.task.executor == "async" else "abandoned"
+            self._log_stop(run, how, "handler_stopped")
         handle.stop(force)
         loop = asyncio.get_running_loop()
         run.timers.append(loop.call_later(handle.abandon_after, self._abandon, run))
+
+    def _signalled(self, run: Run, name: str, pid: int) -> None:
+        self._log_stop(run, f"{name} sent to process {pid}", "signal_sent", signal=name, pid=pid)
+
+    def _log_stop(self, run: Run, how: str, event: str, **fields: Any) -> None:
+        """Log at INFO how a handler is being stopped, and why: the interrupt (cancel,
+        pause, shutdown, lease_lost, timeout) with the request's reason and the
+        cancellation's id where known."""
+        job = run.job
+        why = "timeout" if run.timed_out else (run.interrupt or "stop")
+        log.info(
+            "job %s (%s) attempt %d: %s (%s%s%s)",
+            job.id,
+            job.task,
+            job.attempt,
+            how,
+            why,
+            f": {run.reason}" if run.reason else "",
+            f", {run.cancellation_id}" if run.cancellation_id else "",
+            extra=job_fields(
+                event,
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                interrupt=why,
+                reason=run.reason,
+                cancellation_id=run.cancellation_id,
+                worker_id=self.id,
+                **fields,
+            ),
+        )
 
     def _abandon(self, run: Run) -> None:
         if not run.settled:
