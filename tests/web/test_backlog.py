@@ -30,9 +30,21 @@ async def test_the_backlog_counts_waiting_due_and_running_jobs_per_queue_and_in_
     res = await authed.get("eve", PATH)  # a viewer may read it
     assert res.status_code == 200, res.text
     body = res.json()
-    assert body["queues"]["ingest"] == {"queued": 2, "due": 1, "running": 1, "paused": False}
-    assert body["queues"]["reports"] == {"queued": 1, "due": 1, "running": 0, "paused": True}
-    assert body["total"] == {"queued": 3, "due": 2, "running": 1}
+    assert body["queues"]["ingest"] == {
+        "queued": 2,
+        "due": 1,
+        "running": 1,
+        "demand": 2,
+        "paused": False,
+    }
+    assert body["queues"]["reports"] == {
+        "queued": 1,
+        "due": 1,
+        "running": 0,
+        "demand": 0,  # paused: its due jobs want no worker
+        "paused": True,
+    }
+    assert body["total"] == {"queued": 3, "due": 2, "running": 1, "demand": 2}
     assert set(body) == {"queues", "total"}
 
     # One queue's figure for a scaler: named queues are always listed (zeros if empty),
@@ -40,8 +52,14 @@ async def test_the_backlog_counts_waiting_due_and_running_jobs_per_queue_and_in_
     res = await authed.get("root", PATH, params=[("queue", "ingest"), ("queue", "idle")])
     body = res.json()
     assert list(body["queues"]) == ["ingest", "idle"]
-    assert body["queues"]["idle"] == {"queued": 0, "due": 0, "running": 0, "paused": False}
-    assert body["total"] == {"queued": 2, "due": 1, "running": 1}
+    assert body["queues"]["idle"] == {
+        "queued": 0,
+        "due": 0,
+        "running": 0,
+        "demand": 0,
+        "paused": False,
+    }
+    assert body["total"] == {"queued": 2, "due": 1, "running": 1, "demand": 2}
     res = await authed.get("root", PATH, params={"queue": "bad name!"})
     assert res.status_code == 422 and res.json()["code"] == "invalid_request"
 

@@ -64,6 +64,11 @@ class BacklogCounts(BaseModel):
     queued: int = Field(description="Jobs waiting: queued or retrying, due or not.")
     due: int = Field(description="Of those, the jobs whose start time has come.")
     running: int = Field(description="Jobs running.")
+    demand: int = Field(
+        description="Running plus due (unless the queue is paused): the worker slots "
+        "wanted now. Divided by a worker's concurrency, the workers to run (a scaler that "
+        "read only ``due`` would scale down while the jobs still run)."
+    )
 
 
 class QueueBacklogOut(BacklogCounts):
@@ -74,12 +79,18 @@ class QueueBacklogOut(BacklogCounts):
     @classmethod
     def of(cls, b: QueueBacklog) -> QueueBacklogOut:
         """The API view of a queue's backlog."""
-        return cls(queued=b.waiting, due=b.due, running=b.running, paused=b.paused)
+        return cls(
+            queued=b.waiting,
+            due=b.due,
+            running=b.running,
+            demand=b.running + (0 if b.paused else b.due),
+            paused=b.paused,
+        )
 
 
 class Backlog(BaseModel):
     """The backlog per queue and in total, for autoscalers (a KEDA metrics-api scaler
-    reads ``total.due``, or ``queues.<name>.due``)."""
+    reads ``total.demand`` of ``?queue=NAME``, or ``queues.<name>.demand``)."""
 
     queues: dict[str, QueueBacklogOut]
     total: BacklogCounts

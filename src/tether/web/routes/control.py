@@ -95,12 +95,13 @@ async def queue_backlog(
     found = {b.name: QueueBacklogOut.of(b) for b in await caller.app.queues.backlog()}
     if queue is not None:
         # A queue asked for is always there, so a scaler's valueLocation always resolves.
-        zero = QueueBacklogOut(queued=0, due=0, running=0, paused=False)
+        zero = QueueBacklogOut(queued=0, due=0, running=0, demand=0, paused=False)
         found = {name: found.get(name, zero) for name in dict.fromkeys(queue)}
     total = BacklogCounts(
         queued=sum(b.queued for b in found.values()),
         due=sum(b.due for b in found.values()),
         running=sum(b.running for b in found.values()),
+        demand=sum(b.demand for b in found.values()),
     )
     return Backlog(queues=found, total=total)
 
