@@ -109,6 +109,20 @@ async def test_a_claim_is_logged_at_info_and_each_heartbeat_round_at_debug(
     await worker.heartbeater.run_once()
     assert not [r for r in caplog.records if r.__dict__.get("event") == "heartbeat"]
 
+    # A lease another worker's rescuer took over shows as lost, and the job's stop too.
+    caplog.set_level(logging.DEBUG, logger="tether.worker")
+    store = await app.store()
+    await store.set_worker_state(worker.id, "dead")
+    assert [j.id for j in await store.rescue()] == [job.id]
+    caplog.clear()
+    await worker.heartbeater.run_once()
+    [beat] = [r for r in caplog.records if r.__dict__.get("event") == "heartbeat"]
+    assert (beat.__dict__["leases"], beat.__dict__["lost"]) == (0, [job.id])
+    assert beat.getMessage().endswith(f": 0 lease(s) extended, 1 lost ({job.id})")
+    stop = _events(caplog, job.id)["handler_stopped"]
+    assert stop.__dict__["interrupt"] == "lease_lost"
+    assert stop.getMessage().endswith("its task cancelled (lease_lost)")
+
 
 async def test_a_cancelled_process_job_logs_each_step_and_the_signal_sent(
     app: App, workers: StartWorker, caplog: pytest.LogCaptureFixture
