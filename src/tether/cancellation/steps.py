@@ -40,13 +40,13 @@ class Run:
         """Record ``step`` and move the record on to ``next_status``; raises
         :class:`Superseded` if somebody else settled it meanwhile."""
         self.doing = f"record {step.name}"
-        log_step(self.row, step)
         self.steps.append(step)
         written = await self._calls.write(
             self.row.id, next_status, self.steps, None, error=None, expect=self.current
         )
         if not written:
             raise Superseded
+        log_step(self.row, step)
         self.current = next_status
         self.doing = next_status.value
 

@@ -630,18 +630,19 @@ class Worker:
             found = {
                 j.id: j for j in await self.store.list_jobs(JobFilter(ids=ids, limit=len(ids)))
             }
-            for run, kind in new:
-                if kind == "cancel":
-                    # The record is written just after the request: it may not be yet.
-                    record = await self.store.get_cancellation(job_id=run.job.id, request_id=None)
-                    run.cancellation_id = record.id if record is not None else None
         except Exception as exc:  # the log lines must not cost the heartbeat
             log.debug("could not read the reasons of %d request(s): %s", len(ids), exc)
             found = {}
         for run, kind in new:
-            job, now = run.job, found.get(run.job.id)
+            now = found.get(run.job.id)
             if now is not None:
                 run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
+        # After the reasons are kept: the job may end (and log its end) meanwhile.
+        for run, kind in new:
+            if kind == "cancel":
+                run.cancellation_id = await self._cancellation_id(run.job.id)
+        for run, kind in new:
+            job, now = run.job, found.get(run.job.id)
             force = kind == "cancel" and now is not None and now.cancel_force
             log.info(
                 "job %s (%s) attempt %d: %s requested%s: %s%s",
@@ -663,6 +664,16 @@ class Worker:
                     cancellation_id=run.cancellation_id if kind == "cancel" else None,
                 ),
             )
+
+    async def _cancellation_id(self, job_id: int) -> str | None:
+        """The id of the job's cancellation record, for the log; ``None`` if it is not
+        written yet (it follows the request the worker heard of) or cannot be read."""
+        try:
+            record = await self.store.get_cancellation(job_id=job_id, request_id=None)
+        except Exception as exc:  # as above: the log must not cost the heartbeat
+            log.debug("could not read the cancellation of job %s: %s", job_id, exc)
+            return None
+        return record.id if record is not None else None
 
     def _forget(self, run: Run) -> None:
         if self.running.get(run.job.id) is run:
