@@ -52,6 +52,7 @@ def _listings(app: App, some_job: int) -> dict[str, Callable[[], Awaitable[Any]]
         "a job's history (job show)": lambda: jobs.events(some_job),
         "count_by_state (stats)": jobs.stats,
         "queue counts": app.queues.list,
+        "queue backlog (autoscalers)": app.queues.backlog,
         "list state=queued limit 50": lambda: jobs.list(state="queued", limit=50),
         "list state=running limit 10000": lambda: jobs.list(state="running", limit=10_000),
         "list state=failed limit 50": lambda: jobs.list(state="failed", limit=50),

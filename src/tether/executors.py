@@ -102,9 +102,17 @@ class ProcessHandle:
     fenced write is done), progress, usage, and finally the result or the error.
     """
 
-    def __init__(self, task: Task, ctx: JobContext, kill_timeout: float) -> None:
+    def __init__(
+        self,
+        task: Task,
+        ctx: JobContext,
+        kill_timeout: float,
+        on_signal: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.ctx = ctx
+        # Told of every signal sent (its name and the process id), for the worker's log.
+        self.on_signal = on_signal
         self.kill_timeout = kill_timeout
         self.future: asyncio.Future[Any] = self.loop.create_future()
         self._outcome: tuple[str, Any] | None = None
@@ -165,10 +173,13 @@ class ProcessHandle:
             self.stopped_by = "sigkill"
             self._signal(signal.SIGKILL)
 
-    def _signal(self, sig: int) -> None:
-        if self.proc.pid is not None:
+    def _signal(self, sig: signal.Signals) -> None:
+        pid = self.proc.pid
+        if pid is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, sig)
+                os.kill(pid, sig)
+            if self.on_signal is not None:
+                self.on_signal(sig.name, pid)
 
     def _on_message(self) -> None:
         try:
@@ -404,13 +415,17 @@ def start_handler(
     kill_timeout: float,
     hooks: Hooks | None = None,
     on_start: Callable[[Handle], None] | None = None,
+    on_signal: Callable[[str, int], None] | None = None,
 ) -> Handle:
     """Start ``task``'s handler for ``ctx.job``, inside ``hooks`` when any wraps
-    execution; ``on_start`` is told of the executor's handle once the handler starts."""
+    execution; ``on_start`` is told of the executor's handle once the handler starts,
+    ``on_signal`` of each signal a process handler is sent."""
     if hooks is not None and hooks.wraps_execution:
         return HookedHandle(
             hooks,
-            lambda: start_handler(task, ctx, threads, grace=grace, kill_timeout=kill_timeout),
+            lambda: start_handler(
+                task, ctx, threads, grace=grace, kill_timeout=kill_timeout, on_signal=on_signal
+            ),
             ctx,
             on_start,
         )
@@ -420,7 +435,7 @@ def start_handler(
     elif task.executor == "thread":
         handle = ThreadHandle(task, ctx, threads)
     else:
-        handle = ProcessHandle(task, ctx, kill_timeout)
+        handle = ProcessHandle(task, ctx, kill_timeout, on_signal)
     if on_start is not None:
         on_start(handle)
     return handle

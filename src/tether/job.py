@@ -257,6 +257,18 @@ class QueueInfo:
 
 
 @dataclass(frozen=True)
+class QueueBacklog:
+    """A queue's backlog, as an autoscaler reads it: jobs waiting (queued or retrying),
+    those of them due now (``run_at`` passed), and jobs running."""
+
+    name: str
+    paused: bool
+    waiting: int = 0
+    due: int = 0
+    running: int = 0
+
+
+@dataclass(frozen=True)
 class RateLimitInfo:
     """A rate limit on a queue or a task: a token bucket refilled at ``per_second`` up
     to ``burst``; every claim spends one token."""

@@ -1,7 +1,8 @@
 """Log records an operator can use: the fields of a job event, and a JSON formatter.
 
-The worker logs job events (start, finish, cancel, pause) with ``extra=job_fields(...)``,
-so the job's id, task, attempt and duration travel as fields, not only inside the text.
+The worker logs job events (claim, start, finish, cancel, pause, signals sent) and the
+canceller each cancellation step with ``extra=job_fields(...)``, so the job's id, task,
+attempt and duration travel as fields, not only inside the text.
 ``tether worker --log-format json`` writes each record as one JSON object per line with
 those fields, for log collectors; the text format shows them in the message.
 """
@@ -24,6 +25,14 @@ FIELDS = (
     "state",
     "reason",
     "worker_id",
+    "cancellation_id",
+    "step",
+    "status",
+    "interrupt",
+    "signal",
+    "pid",
+    "leases",
+    "lost",
 )
 
 

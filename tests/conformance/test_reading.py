@@ -146,3 +146,21 @@ async def test_events_come_oldest_first_and_only_for_that_job(store: Store) -> N
     assert [e.at for e in events] == sorted(e.at for e in events)
     assert [e.to_state for e in await store.events(b.id)] == ["queued", "running", "failed"]
     assert await store.events(424242) == []
+
+
+async def test_queue_backlog_counts_waiting_due_and_running_jobs_per_queue(store: Store) -> None:
+    await seed(store)  # q0: 1 running, 5 queued; q1: 1 succeeded, 1 cancelled, 4 queued
+    await store.enqueue([new_job("t0", "q1", delay=3600.0)])  # waiting, not due
+    [failing] = await store.enqueue([new_job("t9", "q3")])
+    running = await claim_one(store, "w3", queue="q3", task="t9")
+    # Retrying in an hour: waiting, not due.
+    await store.finish("w3", [outcome(running, JobState.RETRYING, delay=3600.0)])
+    await store.set_queue_paused("q2", True, "maintenance")  # no jobs, still listed
+    assert failing.id == running.id
+    got = {b.name: (b.paused, b.waiting, b.due, b.running) for b in await store.queue_backlog()}
+    assert got == {
+        "q0": (False, 5, 5, 1),
+        "q1": (False, 5, 4, 0),
+        "q2": (True, 0, 0, 0),
+        "q3": (False, 1, 0, 0),
+    }

@@ -15,6 +15,8 @@ from tether import App
 from tether.metrics import render
 
 RULES = Path(__file__).parents[2] / "deploy" / "prometheus" / "tether-alerts.yml"
+# promtool's unit tests of the rules: series in, alerts expected (or not) out.
+RULE_TESTS = RULES.with_name("tether-alerts.test.yml")
 DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 METRIC = re.compile(r"\b(tether_[a-z_]+)\b")
 SUFFIXES = {"counter": ("", "_total"), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
@@ -26,6 +28,7 @@ COVERED = {
     "unserved jobs": "tether_jobs_unserved",
     "heartbeat failures": "tether_heartbeat_failures_total",
     "a queue that stops draining": "tether_job_start_latency_seconds_count",
+    "a high cancellation rate": "tether_cancellation_requests_total",
 }
 
 
@@ -79,3 +82,9 @@ async def test_every_metric_the_rules_name_is_one_tether_exposes(sqlite_url: str
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_accepts_the_rules() -> None:
     subprocess.run(["promtool", "check", "rules", str(RULES)], check=True)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_the_rules_fire_as_their_promtool_tests_expect() -> None:
+    # TetherHighCancellationRate has cases that fire and one that must not.
+    subprocess.run(["promtool", "test", "rules", str(RULE_TESTS)], check=True)

@@ -36,6 +36,7 @@ from tether.errors import (
     StoreError,
 )
 from tether.job import CancellationRow, Job
+from tether.logs import job_fields
 from tether.states import JobState
 
 #: A record nobody settled this long after it began (plus the wait its canceller asked
@@ -194,6 +195,25 @@ class CancellationService:
         requested: Job | None = None,
     ) -> CancellationResult:
         """Drive a new record through its four steps and settle it."""
+        log.info(
+            "cancellation %s of job %s (%s) initiated by %s: %s%s%s",
+            row.id,
+            row.job_id,
+            job.state.value,
+            row.initiated_by or "an unnamed caller",
+            row.reason or "no reason given",
+            " (force)" if row.force else "",
+            " (cascade)" if row.cascade else "",
+            extra=job_fields(
+                "cancellation_initiated",
+                cancellation_id=row.id,
+                job_id=row.job_id,
+                task=job.task,
+                queue=job.queue,
+                state=job.state.value,
+                reason=row.reason,
+            ),
+        )
         run = Run(self._calls, row, job, started)
         try:
             downstream = await run.request(wait, requested)
@@ -227,6 +247,24 @@ class CancellationService:
             return await self._fail(run, "record the result", exc)
         if not written:
             return await self._answer(run.job, run.started)
+        log.log(
+            logging.INFO if status is Status.COMPLETED else logging.WARNING,
+            "cancellation %s of job %s (%s): %s after %.3fs%s",
+            run.row.id,
+            run.row.job_id,
+            run.row.reason,
+            status.value,
+            said.duration_seconds or 0.0,
+            "".join(f"; {e}" for e in said.errors or []),
+            extra=job_fields(
+                "cancellation_finished",
+                cancellation_id=run.row.id,
+                job_id=run.row.job_id,
+                reason=run.row.reason,
+                status=status.value,
+                duration=said.duration_seconds,
+            ),
+        )
         latest = await self.store.get(run.job.id) or run.job
         record = await self.store.get_cancellation(job_id=run.job.id, request_id=None)
         assert record is not None

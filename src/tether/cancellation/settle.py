@@ -19,6 +19,7 @@ from tether.cancellation.records import (
     Status,
     timestamp,
 )
+from tether.cancellation.steps import log_step
 from tether.cancellation.tally import LIVE, tally
 from tether.states import JobState
 
@@ -97,6 +98,7 @@ class Settler:
             expect=record.status,
         )
         if written:
+            log_step(record, step)
             metrics.cancellation_finished(status, result)
         return written
 
@@ -123,7 +125,7 @@ class Settler:
         ]
         step = wording.followed_up(seen, jobs)
         result = wording.followed_up_summary(previous, seen, problems)
-        return await self._calls.write(
+        written = await self._calls.write(
             record.id,
             wording.ending(problems),
             [*record.steps, step],
@@ -131,3 +133,6 @@ class Settler:
             error="; ".join(problems) or None,
             expect=Status.PARTIAL,
         )
+        if written:
+            log_step(record, step)
+        return written

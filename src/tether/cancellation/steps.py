@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 from tether.cancellation import wording
 from tether.cancellation.calls import Calls
-from tether.cancellation.records import CancellationStep, Status, timestamp
+from tether.cancellation.records import CancellationRecord, CancellationStep, Status, timestamp
 from tether.cancellation.tally import Tally, tally
 from tether.job import CancellationRow, Job
+from tether.logs import job_fields
 from tether.states import JobState
+
+log = logging.getLogger("tether.cancellation")
 
 
 class Superseded(Exception):
@@ -42,6 +46,7 @@ class Run:
         )
         if not written:
             raise Superseded
+        log_step(self.row, step)
         self.current = next_status
         self.doing = next_status.value
 
@@ -103,3 +108,28 @@ class Run:
             wording.clean_resources(seen, artifacts, t0), Status.CLEANING_RESOURCES
         )
         return artifacts
+
+
+def log_step(row: CancellationRow | CancellationRecord, step: CancellationStep) -> None:
+    """Log one step of a cancellation, with its id, job and reason: at INFO, or WARNING
+    if it failed."""
+    details = ", ".join(f"{k}={v}" for k, v in step.details.items() if v not in (None, [], {}))
+    log.log(
+        logging.WARNING if step.status == "failed" else logging.INFO,
+        "cancellation %s of job %s (%s): %s %s%s%s",
+        row.id,
+        row.job_id,
+        row.reason,
+        step.name,
+        step.status,
+        f" [{details}]" if details else "",
+        f": {step.error}" if step.error else "",
+        extra=job_fields(
+            "cancellation_step",
+            cancellation_id=row.id,
+            job_id=row.job_id,
+            reason=row.reason,
+            step=step.name,
+            status=step.status,
+        ),
+    )

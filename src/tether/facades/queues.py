@@ -10,7 +10,7 @@ from tether import names, serving
 from tether.audit import audited
 from tether.errors import InvalidJobError, UnknownTaskError
 from tether.facades.base import Facade
-from tether.job import LimitInfo, QueueInfo, RateLimitInfo
+from tether.job import LimitInfo, QueueBacklog, QueueInfo, RateLimitInfo
 from tether.task import Task
 
 
@@ -110,6 +110,12 @@ class Queues(Facade):
         """Every rate limit, with the tokens its bucket holds now."""
         store = await self._store()
         return await store.list_rate_limits()
+
+    async def backlog(self) -> list[QueueBacklog]:
+        """Each queue's jobs waiting, due now and running: what an autoscaler scales
+        workers on. One cheap read (partial indexes only), fit to be polled."""
+        store = await self._store()
+        return await store.queue_backlog()
 
     # Last: below it, ``list`` in the class body would name this method, not the type.
     async def list(self) -> list[QueueInfo]:

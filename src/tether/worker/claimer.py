@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from tether.config import WorkerConfig
 from tether.errors import StoreError
+from tether.logs import job_fields
 from tether.service import Service
 from tether.store.protocols import LeaseStore
 from tether.worker.ports import Launcher
@@ -127,7 +128,25 @@ class Claimer(Service):
                 continue
             got += len(jobs)
             full = full and len(jobs) == size
+            # Checked once per round, not per job: a busy worker claims thousands a second.
+            logged = log.isEnabledFor(logging.INFO)
             for job in jobs:
+                if logged:
+                    log.info(
+                        "job %s (%s) claimed by worker %s, attempt %d",
+                        job.id,
+                        job.task,
+                        self.worker_id,
+                        job.attempt,
+                        extra=job_fields(
+                            "job_claimed",
+                            job_id=job.id,
+                            task=job.task,
+                            queue=job.queue,
+                            attempt=job.attempt,
+                            worker_id=self.worker_id,
+                        ),
+                    )
                 if w.stopping:
                     w.hand_back(job)  # the claim was out when the stop began
                 else:

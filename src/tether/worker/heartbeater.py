@@ -14,6 +14,8 @@ from typing import Any
 
 from tether import metrics
 from tether.config import LoopBackoff, WorkerConfig
+from tether.job import Beat
+from tether.logs import job_fields
 from tether.service import Service
 from tether.store.protocols import LeaseStore
 from tether.worker.ports import Holder
@@ -138,10 +140,14 @@ class Heartbeater(Service):
             # The database answers again: the loops that were backing off (for up to
             # their backoff's ceiling) try again now.
             self.recovered()
+        lost = []
         for run in runs:
             if run.job.id not in res.alive and not run.finishing and run.job.id in w.running:
                 log.warning("job %s: lease lost; stopping it and recording nothing", run.job.id)
                 w.interrupt(run, "lease_lost")
+                lost.append(run.job.id)
+        if log.isEnabledFor(logging.DEBUG):  # every round of every worker: cheap when off
+            self._log_round(beats, res.alive - res.held, lost, res.counted)
         heard: list[tuple[Run, str, bool]] = []
         for req in res.requests:
             held = w.running.get(req.job_id)
@@ -157,6 +163,19 @@ class Heartbeater(Service):
                 detail = "pause requested" if kind == "pause" else None
                 w.interrupt(run, kind, force=force, detail=detail)
         return len(beats)
+
+    def _log_round(
+        self, beats: list[Beat], extended: frozenset[int], lost: list[int], counted: bool
+    ) -> None:
+        count = sum(1 for b in beats if b.job_id in extended)
+        log.debug(
+            "heartbeat of worker %s: %d lease(s) extended%s%s",
+            self.worker_id,
+            count,
+            f", {len(lost)} lost ({', '.join(map(str, lost))})" if lost else "",
+            "" if counted else " (worker row locked elsewhere: not counted)",
+            extra=job_fields("heartbeat", worker_id=self.worker_id, leases=count, lost=lost),
+        )
 
     @property
     def fence_at(self) -> float:

@@ -33,7 +33,8 @@ class Run:
     began: float = 0.0
     #: Why it was asked to stop (the cancel or pause request's reason), for the log.
     reason: str | None = None
-    #: The cancellation record of a cancel request, once read (for the outcome hooks).
+    #: The id of the cancellation that stopped it, once the worker has read it (for the
+    #: log and the outcome hooks).
     cancellation_id: str | None = None
     #: The requests (cancel, pause) already logged: the heartbeat repeats them.
     logged: set[str] = field(default_factory=set)

@@ -486,6 +486,7 @@ class Worker:
                     kill_timeout=self.config.kill_timeout,
                     hooks=self.app.hooks,
                     on_start=functools.partial(self._handler_started, run),
+                    on_signal=functools.partial(self._signalled, run),
                 )
             finally:
                 CURRENT.reset(current)
@@ -640,6 +641,7 @@ class Worker:
                     state=outcome.state.value,
                     reason=reason,
                     worker_id=self.id,
+                    cancellation_id=run.cancellation_id,
                 ),
             )
         else:
@@ -692,21 +694,26 @@ class Worker:
             log.debug("could not read the reasons of %d request(s): %s", len(ids), exc)
             found = {}
         for run, kind in new:
-            job, now = run.job, found.get(run.job.id)
+            now = found.get(run.job.id)
             if now is not None:
                 run.reason = now.cancel_reason if kind == "cancel" else now.pause_reason
+        # After the reasons are kept: the job may end (and log its end) meanwhile.
+        for run, kind in new:
             if kind == "cancel":
-                run.cancellation_id = await self._cancellation_id(job.id)
+                run.cancellation_id = await self._cancellation_id(run.job.id)
             run.ctx.cancelled.describe(run.reason, run.cancellation_id)
+        for run, kind in new:
+            job, now = run.job, found.get(run.job.id)
             force = kind == "cancel" and now is not None and now.cancel_force
             log.info(
-                "job %s (%s) attempt %d: %s requested%s: %s",
+                "job %s (%s) attempt %d: %s requested%s: %s%s",
                 job.id,
                 job.task,
                 job.attempt,
                 kind,
                 " (force)" if force else "",
                 run.reason or "no reason given",
+                f" ({run.cancellation_id})" if kind == "cancel" and run.cancellation_id else "",
                 extra=job_fields(
                     f"{kind}_requested",
                     job_id=job.id,
@@ -715,18 +722,19 @@ class Worker:
                     attempt=job.attempt,
                     reason=run.reason,
                     worker_id=self.id,
+                    cancellation_id=run.cancellation_id if kind == "cancel" else None,
                 ),
             )
 
     async def _cancellation_id(self, job_id: int) -> str | None:
-        """The record of the cancellation in progress for ``job_id``, if written yet (a
-        canceller asks first and writes its record next)."""
+        """The id of the job's cancellation record, for the log; ``None`` if it is not
+        written yet (it follows the request the worker heard of) or cannot be read."""
         try:
-            row = await self.store.get_cancellation(job_id=job_id, request_id=None)
-        except Exception as exc:  # for the log and the hooks only
-            log.debug("could not read job %s's cancellation record: %s", job_id, exc)
+            record = await self.store.get_cancellation(job_id=job_id, request_id=None)
+        except Exception as exc:  # as above: the log must not cost the heartbeat
+            log.debug("could not read the cancellation of job %s: %s", job_id, exc)
             return None
-        return row.id if row is not None else None
+        return record.id if record is not None else None
 
     def _forget(self, run: Run) -> None:
         if self.running.get(run.job.id) is run:
@@ -795,9 +803,44 @@ class Worker:
             return
         run.stopped_by_us = True
         metrics.handler_stopped(run.task.executor, force)
+        if run.task.executor != "process":  # a process's signals are logged as sent
+            how = "its task cancelled" if run.task.executor == "async" else "abandoned"
+            self._log_stop(run, how, "handler_stopped")
         handle.stop(force)
         loop = asyncio.get_running_loop()
         run.timers.append(loop.call_later(handle.abandon_after, self._abandon, run))
+
+    def _signalled(self, run: Run, name: str, pid: int) -> None:
+        self._log_stop(run, f"{name} sent to process {pid}", "signal_sent", signal=name, pid=pid)
+
+    def _log_stop(self, run: Run, how: str, event: str, **fields: Any) -> None:
+        """Log at INFO how a handler is being stopped, and why: the interrupt (cancel,
+        pause, shutdown, lease_lost, timeout) with the request's reason and the
+        cancellation's id where known."""
+        job = run.job
+        why = "timeout" if run.timed_out else (run.interrupt or "stop")
+        log.info(
+            "job %s (%s) attempt %d: %s (%s%s%s)",
+            job.id,
+            job.task,
+            job.attempt,
+            how,
+            why,
+            f": {run.reason}" if run.reason else "",
+            f", {run.cancellation_id}" if run.cancellation_id else "",
+            extra=job_fields(
+                event,
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                interrupt=why,
+                reason=run.reason,
+                cancellation_id=run.cancellation_id,
+                worker_id=self.id,
+                **fields,
+            ),
+        )
 
     def _abandon(self, run: Run) -> None:
         if not run.settled:

@@ -4,7 +4,7 @@ and the limits' part of the admin store)."""
 from __future__ import annotations
 
 from tether import hints as h
-from tether.job import LimitInfo, QueueInfo, RateLimitInfo
+from tether.job import LimitInfo, QueueBacklog, QueueInfo, RateLimitInfo
 from tether.store.common.base import SqlBase
 from tether.store.driver import Row, Tx
 
@@ -37,6 +37,21 @@ class QueuesSql(SqlBase):
         return [
             QueueInfo(name, *flags.get(name, (False, None)), counts.get(name, {}))
             for name in sorted(set(counts) | set(flags))
+        ]
+
+    async def queue_backlog(self) -> list[QueueBacklog]:
+        async def body(tx: Tx) -> tuple[list[Row], list[Row], list[Row]]:
+            waiting = await tx.all(self.sql.queues.QUEUE_WAITING)
+            running = await tx.all(self.sql.queues.QUEUE_RUNNING)
+            return waiting, running, await tx.all(self.sql.queues.QUEUE_FLAGS)
+
+        waiting_rows, running_rows, flag_rows = await self._query(body)
+        waiting = {r["queue"]: (int(r["n"]), int(r["due"] or 0)) for r in waiting_rows}
+        running = {r["queue"]: int(r["n"]) for r in running_rows}
+        paused = {r["name"] for r in flag_rows if r["paused"]}
+        return [
+            QueueBacklog(name, name in paused, *waiting.get(name, (0, 0)), running.get(name, 0))
+            for name in sorted(set(waiting) | set(running) | {r["name"] for r in flag_rows})
         ]
 
     async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:

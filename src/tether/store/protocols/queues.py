@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from tether.job import LimitInfo, QueueInfo, RateLimitInfo
+from tether.job import LimitInfo, QueueBacklog, QueueInfo, RateLimitInfo
 
 
 @runtime_checkable
@@ -17,6 +17,10 @@ class QueueStore(Protocol):
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every queue that has jobs or a pause flag."""
+
+    async def queue_backlog(self) -> list[QueueBacklog]:
+        """Jobs waiting, due and running per queue (every queue that has any, or a pause
+        flag), read from the partial indexes of the live jobs only."""
 
     async def define_limit(self, name: str, kind: str, capacity: int, block_on_hold: bool) -> None:
         """Create or change a concurrency key or resource pool."""

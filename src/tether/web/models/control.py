@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from tether.job import AuditEntry, LimitInfo, QueueInfo, WorkerInfo
+from tether.job import AuditEntry, LimitInfo, QueueBacklog, QueueInfo, WorkerInfo
 from tether.web.models.common import Text, _In
 from tether.web.models.jobs import CancellationRecordOut
 
@@ -56,6 +56,44 @@ class QueueList(BaseModel):
     """Every queue that has jobs or a pause flag."""
 
     items: list[QueueOut]
+
+
+class BacklogCounts(BaseModel):
+    """Jobs waiting, due now and running."""
+
+    queued: int = Field(description="Jobs waiting: queued or retrying, due or not.")
+    due: int = Field(description="Of those, the jobs whose start time has come.")
+    running: int = Field(description="Jobs running.")
+    demand: int = Field(
+        description="Running plus due (unless the queue is paused): the worker slots "
+        "wanted now. Divided by a worker's concurrency, the workers to run (a scaler that "
+        "read only ``due`` would scale down while the jobs still run)."
+    )
+
+
+class QueueBacklogOut(BacklogCounts):
+    """One queue's backlog."""
+
+    paused: bool = Field(description="Whether the queue is paused: its jobs wait anyway.")
+
+    @classmethod
+    def of(cls, b: QueueBacklog) -> QueueBacklogOut:
+        """The API view of a queue's backlog."""
+        return cls(
+            queued=b.waiting,
+            due=b.due,
+            running=b.running,
+            demand=b.running + (0 if b.paused else b.due),
+            paused=b.paused,
+        )
+
+
+class Backlog(BaseModel):
+    """The backlog per queue and in total, for autoscalers (a KEDA metrics-api scaler
+    reads ``total.demand`` of ``?queue=NAME``, or ``queues.<name>.demand``)."""
+
+    queues: dict[str, QueueBacklogOut]
+    total: BacklogCounts
 
 
 class KeyOut(BaseModel):

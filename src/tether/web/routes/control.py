@@ -11,10 +11,13 @@ from tether.web.body import JsonRoute
 from tether.web.models import (
     AuditOut,
     AuditPage,
+    Backlog,
+    BacklogCounts,
     CancellationPage,
     CancellationRecordOut,
     KeyList,
     KeyOut,
+    QueueBacklogOut,
     QueueList,
     QueueOut,
     QueuePauseIn,
@@ -70,6 +73,37 @@ async def list_queues(
 ) -> QueueList:
     await totals_allowed(caller, "/api/queues")
     return QueueList(items=[QueueOut.of(q) for q in await caller.app.queues.list()])
+
+
+@router.get(
+    "/queues/backlog",
+    response_model=Backlog,
+    tags=["queues"],
+    summary="Jobs waiting, due and running per queue, for autoscalers",
+)
+async def queue_backlog(
+    caller: Annotated[Caller, Depends(require("queue.backlog", ALL_ROLES))],
+    queue: Annotated[
+        list[Annotated[str, Query(pattern=names.NAME_PATTERN)]] | None,
+        Query(
+            description="Only these queues (repeatable); each named is listed, with zeros "
+            "if it has no jobs, and ``total`` sums them."
+        ),
+    ] = None,
+) -> Backlog:
+    await totals_allowed(caller, "/api/queues/backlog")
+    found = {b.name: QueueBacklogOut.of(b) for b in await caller.app.queues.backlog()}
+    if queue is not None:
+        # A queue asked for is always there, so a scaler's valueLocation always resolves.
+        zero = QueueBacklogOut(queued=0, due=0, running=0, demand=0, paused=False)
+        found = {name: found.get(name, zero) for name in dict.fromkeys(queue)}
+    total = BacklogCounts(
+        queued=sum(b.queued for b in found.values()),
+        due=sum(b.due for b in found.values()),
+        running=sum(b.running for b in found.values()),
+        demand=sum(b.demand for b in found.values()),
+    )
+    return Backlog(queues=found, total=total)
 
 
 async def _queue(caller: Caller, name: str) -> QueueOut:

@@ -7,6 +7,16 @@ SET_QUEUE_PAUSED = (
 )
 QUEUE_COUNTS = "SELECT queue, state, COUNT(*) AS n FROM tether_jobs GROUP BY 1, 2"
 QUEUE_FLAGS = "SELECT name, paused, reason FROM tether_queues"
+# The backlog per queue, for autoscalers polling often: each reads only its partial index
+# (tether_jobs_claimable holds queue and run_at, an index-only scan; tether_jobs_running
+# the small running set), never the finished jobs, so it stays cheap at millions of rows.
+QUEUE_WAITING = (
+    "SELECT queue, COUNT(*) AS n, COUNT(*) FILTER (WHERE run_at <= now()) AS due "
+    "FROM tether_jobs WHERE state IN ('queued', 'retrying') GROUP BY queue"
+)
+QUEUE_RUNNING = (
+    "SELECT queue, COUNT(*) AS n FROM tether_jobs WHERE state = 'running' GROUP BY queue"
+)
 DEFINE_LIMIT = (
     "INSERT INTO tether_limits (name, kind, capacity, block_on_hold) "
     "VALUES (%(name)s, %(kind)s, %(capacity)s, %(block_on_hold)s) ON CONFLICT (name) DO UPDATE "

@@ -9,6 +9,16 @@ SET_QUEUE_PAUSED = (
 )
 QUEUE_COUNTS = "SELECT queue, state, COUNT(*) AS n FROM tether_jobs GROUP BY 1, 2"
 QUEUE_FLAGS = "SELECT name, paused, reason FROM tether_queues"
+# The backlog per queue, for autoscalers polling often: each searches the state index
+# (tether_jobs_state) for the live rows it counts, never the finished jobs, so it stays
+# cheap at millions of rows.
+QUEUE_WAITING = (
+    f"SELECT queue, COUNT(*) AS n, SUM(run_at <= {NOW}) AS due "
+    "FROM tether_jobs WHERE state IN ('queued', 'retrying') GROUP BY queue"
+)
+QUEUE_RUNNING = (
+    "SELECT queue, COUNT(*) AS n FROM tether_jobs WHERE state = 'running' GROUP BY queue"
+)
 DEFINE_LIMIT = (
     "INSERT INTO tether_limits (name, kind, capacity, block_on_hold) "
     "VALUES (:name, :kind, :capacity, :block_on_hold) ON CONFLICT (name) DO UPDATE SET "
