@@ -187,6 +187,36 @@ def test_enqueue_prints_id_and_state_and_stores_options(
     assert (job.run_at - job.created_at).total_seconds() == pytest.approx(60, abs=1)
 
 
+def test_enqueue_meta_is_shown_and_listed(runner: CliRunner, app_ref: str, sqlite_url: str) -> None:
+    res = tether(runner, "enqueue", "hello", "--app", app_ref, "--meta", "env=prod",
+                 "--meta", "trace=00-ab=cd", "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    job_id = json.loads(res.stdout)["id"]
+    assert with_app(sqlite_url, lambda a: a.get(job_id)).meta == {
+        "env": "prod",
+        "trace": "00-ab=cd",  # split at the first =
+    }
+    assert tether(runner, "enqueue", "hello", "--app", app_ref).exit_code == 0
+
+    shown = tether(runner, "job", "show", str(job_id), "-d", sqlite_url)
+    assert '{"env": "prod", "trace": "00-ab=cd"}' in shown.stdout
+    data = json.loads(tether(runner, "job", "show", str(job_id), "-d", sqlite_url, "--json").stdout)
+    assert data["job"]["meta"] == {"env": "prod", "trace": "00-ab=cd"}
+
+    listed = tether(runner, "job", "list", "-d", sqlite_url, "--meta", "env=prod", "--json")
+    assert [j["id"] for j in json.loads(listed.stdout)] == [job_id]
+    listed = tether(runner, "job", "list", "-d", sqlite_url, "--meta", "env=dev", "--json")
+    assert json.loads(listed.stdout) == []
+
+    assert_one_line_error(
+        tether(runner, "enqueue", "hello", "--app", app_ref, "--meta", "env"), 2, "key=value"
+    )
+    assert_one_line_error(
+        tether(runner, "enqueue", "hello", "--app", app_ref, "--meta", "a b=c"), 2, "meta key"
+    )
+    assert total_jobs(sqlite_url) == 2
+
+
 def test_enqueue_with_idempotency_key_returns_the_same_job(
     runner: CliRunner, app_ref: str, sqlite_url: str
 ) -> None:

@@ -232,6 +232,8 @@ class JobFilter:
     limit: int = 100
     offset: int = 0
     ids: tuple[int, ...] | None = field(default=None)
+    # Jobs whose meta holds every one of these keys with these values.
+    meta: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

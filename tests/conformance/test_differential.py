@@ -147,6 +147,7 @@ class Side:
             "budget": job.budget,
             "usage": job.usage,
             "progress": (job.progress_current, job.progress_total),
+            "meta": job.meta,
         }
 
 
@@ -251,6 +252,7 @@ class StoresAgree(RuleBasedStateMachine):
         idem=st.sampled_from([None, None, "i1", "i2", "i3"]),
         deps=st.one_of(st.just([]), st.just([]), st.lists(jobs, min_size=1, max_size=2)),
         attempts=st.integers(1, 3),
+        meta=st.sampled_from([None, None, {"tenant": "t1", "a.b-c": "x:y"}]),
     )
     def enqueue_one(
         self,
@@ -259,9 +261,12 @@ class StoresAgree(RuleBasedStateMachine):
         idem: str | None,
         deps: list[int],
         attempts: int,
+        meta: dict[str, str] | None,
     ) -> Any:
         entry = self.entry(key, idem, tuple(deps), attempts)
-        return self.enqueue([lambda side: dataclasses.replace(entry(side), budget=budget)])
+        return self.enqueue(
+            [lambda side: dataclasses.replace(entry(side), budget=budget, meta=meta)]
+        )
 
     @rule(
         target=jobs,

@@ -134,3 +134,25 @@ async def test_meta_at_the_limits_is_kept(app: App) -> None:
     long = {"k": "v" * 512}
     jobs: list[Job] = [await task.options(meta=m).enqueue() for m in (wide, long)]
     assert [(await app.get(j.id)).meta for j in jobs] == [wide, long]
+
+
+async def test_jobs_are_listed_by_meta(app: App) -> None:
+    task = _task(app)
+    a = await task.options(meta={"tenant": "t1", "env": "prod"}).enqueue()
+    b = await task.options(meta={"tenant": "t1", "env": "dev"}).enqueue()
+    await task.options(meta={"tenant": "t2", "env": "prod"}).enqueue()
+    dotted = await task.options(meta={"tenant.id": "t1"}).enqueue()
+    plain = await task.enqueue()
+
+    async def ids(meta: dict[str, str] | None) -> list[int]:
+        return [j.id for j in await app.jobs.list(meta=meta)]
+
+    assert await ids({"tenant": "t1"}) == [b.id, a.id]
+    assert await ids({"tenant": "t1", "env": "prod"}) == [a.id]
+    assert await ids({"tenant": "t3"}) == []
+    assert await ids({"tenant.id": "t1"}) == [dotted.id]  # a dot is not a path step
+    assert await ids({"env": "prod", "tenant": "t1"}) == [a.id]
+    assert plain.id in await ids(None)
+    assert plain.id in await ids({})  # no pairs: no filter
+    with pytest.raises(InvalidJobError, match="meta key"):
+        await app.jobs.list(meta={'a"b': "x"})

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from tether import display, payload
+from tether import display, job_meta, payload
 from tether.cancellation import CancellationRecord
 from tether.cli.cancel import RECORD_STYLES
 from tether.cli.common import (
@@ -74,6 +74,14 @@ def enqueue(
             help="Enqueue at most once per key; repeats return the same job.", show_default=False
         ),
     ] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            help="A label carried with the job, KEY=VALUE (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue one job and print its id and state."""
@@ -99,6 +107,7 @@ def enqueue(
         max_attempts=max_attempts,
         timeout=timeout,
         idempotency_key=idempotency_key,
+        meta=job_meta.parse_pairs(meta or ()),
     )
     job = run(app, app.enqueue(name, parsed, opts))
     if as_json:
@@ -153,14 +162,24 @@ def job_list(
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Only this queue.", show_default=False)] = None,
     task: Annotated[str | None, typer.Option(help="Only this task.", show_default=False)] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta", help="Only jobs whose meta has KEY=VALUE (repeatable).", show_default=False
+        ),
+    ] = None,
     limit: LimitOpt = 50,
     database: DatabaseOpt = None,
     app_ref: AppOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs, newest first."""
+    labels = job_meta.parse_pairs(meta or ())
     app = open_app(database, app_ref)
-    jobs = run(app, app.jobs.list(state=state or None, queue=queue, task=task, limit=limit))
+    jobs = run(
+        app,
+        app.jobs.list(state=state or None, queue=queue, task=task, meta=labels, limit=limit),
+    )
     now = now_utc()
     listing(
         jobs,

@@ -3,9 +3,9 @@ and steering one job (pause, resume, retry, delete)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
-from tether import children, serving
+from tether import children, job_meta, serving
 from tether.audit import audited
 from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundError
 from tether.facades.base import Facade, job_target
@@ -143,10 +143,12 @@ class Jobs(Facade):
         owner: str | None = None,
         worker_id: str | None = None,
         parent_id: int | None = None,
+        meta: Mapping[str, str] | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Job]:
-        """Jobs, newest first, filtered."""
+        """Jobs, newest first, filtered; ``meta``: those whose meta holds each of its
+        keys with its value."""
         states: tuple[JobState, ...] | None = None
         if state is not None:
             raw = [state] if isinstance(state, str) else list(state)
@@ -170,6 +172,7 @@ class Jobs(Facade):
             parent_id=parent_id,
             limit=limit,
             offset=offset,
+            meta=job_meta.check(meta),
         )
         store = await self._store()
         return await store.list_jobs(flt)

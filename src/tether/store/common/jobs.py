@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,9 @@ class JobsSql(SqlBase):
             if value is not None:
                 where.append(f"{column} = {f.param(column)}")
                 params[column] = value
+        if flt.meta:
+            where.append(f.meta_has("meta"))
+            params["meta"] = json.dumps(dict(flt.meta), separators=(",", ":"))
         if flt.ids is not None:
             where.append(f.in_list("id", "ids"))
             params["ids"] = list(flt.ids)

@@ -29,6 +29,11 @@ class EnqueueIn(_In):
     idempotency_key: Name | None = None
     budget: int | None = Field(default=None, ge=1, le=MAX_ID)
     depends_on: list[JobId] = Field(default_factory=list, max_length=1000)
+    meta: dict[str, str] | None = Field(
+        default=None,
+        description="String labels carried with the job: at most 32 keys of 1 to 64 "
+        "characters from A-Z a-z 0-9 _ . -, values of at most 512 characters, 4 KiB in all.",
+    )
 
 
 class Lease(BaseModel):
@@ -97,6 +102,7 @@ class JobOut(BaseModel):
     parent_id: int | None
     phase: str | None
     waiting_children: bool
+    meta: dict[str, str] | None = None
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
@@ -153,6 +159,7 @@ class JobOut(BaseModel):
             parent_id=job.parent_id,
             phase=job.phase,
             waiting_children=job.waiting_children,
+            meta=job.meta,
         )
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from tether import display
+from tether import display, job_meta
 from tether.errors import JobNotFoundError
 from tether.job import Job
 from tether.states import JobState
@@ -121,6 +121,7 @@ async def enqueue(
             owner=caller.principal.name,
             budget=body.budget,
             depends_on=tuple(body.depends_on),
+            meta=body.meta,
         )
         job = await caller.app.enqueue(body.task, body.args, opts)
         att.target = _target(job.id)
@@ -137,6 +138,13 @@ async def list_jobs(
     owner: NameQuery = None,
     parent: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Parent job id.")] = None,
     worker: NameQuery = None,
+    meta: Annotated[
+        list[str] | None,
+        Query(
+            max_length=32,
+            description="Only jobs whose meta has this `key:value` (repeatable: all of them).",
+        ),
+    ] = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> JobPage:
@@ -152,6 +160,7 @@ async def list_jobs(
             owner=forced or owner,
             worker_id=worker,
             parent_id=parent,
+            meta=job_meta.parse_pairs(meta or (), sep=":"),
             limit=limit,
             offset=offset,
         )

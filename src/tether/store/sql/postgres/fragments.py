@@ -14,3 +14,9 @@ def param(name: str) -> str:
 def in_list(column: str, name: str) -> str:
     """``column`` is one of the values of the list parameter ``name`` (an array)."""
     return f"{column} = ANY(%({name})s)"
+
+
+def meta_has(name: str) -> str:
+    """The job's meta holds every key and value of the parameter ``name`` (a JSON
+    object): containment, which a NULL meta never satisfies."""
+    return f"meta @> %({name})s::jsonb"

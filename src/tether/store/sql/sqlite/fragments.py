@@ -23,3 +23,13 @@ def param(name: str) -> str:
 def in_list(column: str, name: str) -> str:
     """``column`` is one of the values of the list parameter ``name``."""
     return f"{column} IN {each(name)}"
+
+
+def meta_has(name: str) -> str:
+    """The job's meta holds every key and value of the parameter ``name`` (a JSON object
+    whose keys are meta keys, so they need no escaping in a path). Qualified: the jobs'
+    own ``key`` column would shadow json_each's."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM json_each(:{name}) AS w WHERE "
+        "json_extract(tether_jobs.meta, '$.\"' || w.key || '\"') IS NOT w.value)"
+    )
