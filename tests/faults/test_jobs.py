@@ -14,19 +14,34 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import dataclass
 
 import pytest
 
-from tests.faults.conftest import MakeScenario
+from tests.faults.checker import Verdict
+from tests.faults.conftest import MakeScenario, Scenario
 from tests.faults.harness import read_exec_log, wait_all_done, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-async def test_poison_pill(scenario: MakeScenario) -> None:
-    s = await scenario("poison", concurrency=4, claim_batch=2)
+@dataclass
+class PoisonRun:
+    """What a poison-pill run left: the jobs, their final rows and the checker's verdict."""
+
+    normal: list[int]
+    poison: list[int]
+    jobs: dict[int, tuple[str, int, int]]
+    verdict: Verdict
+    elapsed: float
+
+
+async def run_poison(s: Scenario, seed: int = 8) -> PoisonRun:
+    """Poison jobs mixed into normal ones on three supervised workers, until all are
+    done; checks the invariants (every normal job succeeds) and that each poison job
+    failed after exactly its attempts."""
     p = s.params
-    rng = random.Random(8)
+    rng = random.Random(seed)
     for name in ("w0", "w1", "w2"):
         s.cluster.start(name)
     s.supervise()
@@ -50,21 +65,28 @@ async def test_poison_pill(scenario: MakeScenario) -> None:
         int(r[0]): (r[1], int(r[2]), int(r[3]))
         for r in s.db.query("SELECT id, state, attempt, max_attempts FROM tether_jobs")
     }
-    execs = read_exec_log(s.run_dir)
-    starts = {j: sum(1 for e in execs if e["ev"] == "start" and e["job"] == j) for j in poison}
     for job in poison:
         state, attempt, max_attempts = jobs[job]
         assert (state, attempt) == ("failed", max_attempts), (job, jobs[job])
-        assert starts[job] <= max_attempts
+    return PoisonRun(normal, poison, jobs, verdict, elapsed)
+
+
+async def test_poison_pill(scenario: MakeScenario) -> None:
+    s = await scenario("poison", concurrency=4, claim_batch=2)
+    run = await run_poison(s)
+    execs = read_exec_log(s.run_dir)
+    starts = {j: sum(1 for e in execs if e["ev"] == "start" and e["job"] == j) for j in run.poison}
+    for job in run.poison:
+        assert starts[job] <= run.jobs[job][2]
     s.figures = {
-        "poison": len(poison),
-        "normal": len(normal),
+        "poison": len(run.poison),
+        "normal": len(run.normal),
         "crashes": s.cluster.restarts,
-        "poison_attempts": sum(jobs[j][1] for j in poison),
+        "poison_attempts": sum(run.jobs[j][1] for j in run.poison),
         "poison_executions": sum(starts.values()),
-        "normal_succeeded": sum(1 for j in normal if jobs[j][0] == "succeeded"),
-        "normal_reruns": verdict.figures["reruns"],
-        "drain_s": elapsed,
+        "normal_succeeded": sum(1 for j in run.normal if run.jobs[j][0] == "succeeded"),
+        "normal_reruns": run.verdict.figures["reruns"],
+        "drain_s": run.elapsed,
     }
 
 

@@ -12,11 +12,9 @@ from typing import Any
 import pytest
 
 import tether
-from tests.helpers import fast_config
-from tests.integration.control_support import StartWorker
-from tether import App, Enqueueing, Hook, JobState, OutcomeEvent, Worker
+from tests.integration.control_support import StartWorker, rescued_job
+from tether import App, Enqueueing, Hook, JobState, OutcomeEvent
 from tether.hooks import Hooks
-from tether.maintenance.rescuer import Rescuer
 from tether.metrics import HOOK_ERRORS
 
 CURRENT_SPAN: contextvars.ContextVar[str | None] = contextvars.ContextVar("span", default=None)
@@ -146,25 +144,9 @@ async def test_outcome_hooks_hear_success_retry_exhaustion_and_cancellation(
 async def test_a_rescued_job_is_told_to_the_outcome_hooks(app: App) -> None:
     recorder = Recorder()
     app.hooks = Hooks([recorder])
-    started = asyncio.Event()
-
-    @app.task(max_attempts=3)
-    async def victim(ctx: tether.JobContext) -> None:
-        started.set()
-        await asyncio.Event().wait()
-
-    worker = Worker(app, fast_config())
-    await worker.start(services=False)
-    job = await victim.enqueue()
-    assert await worker.claimer.run_once() == 1
-    await asyncio.wait_for(started.wait(), 10)
-    store = await app.store()
-    await store.set_worker_state(worker.id, "dead")
-    rescuer = Rescuer(store, interval=1.0, session_grace=1.0, hooks=app.hooks)
-    assert [j.id for j in await rescuer.run_once()] == [job.id]
-    event = await _heard(recorder, "rescued", job.id)
+    async with rescued_job(app, "victim") as job:
+        event = await _heard(recorder, "rescued", job.id)
     assert event.job.state is JobState.RETRYING
-    await worker.stop()
 
 
 class Broken(Hook):

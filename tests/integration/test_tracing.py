@@ -16,12 +16,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import tether
-from tests.helpers import eventually, fast_config
-from tests.integration.control_support import StartWorker
-from tether import App, JobState, Worker
+from tests.helpers import eventually
+from tests.integration.control_support import StartWorker, rescued_job
+from tether import App, JobState
 from tether.auth import Tokens
 from tether.hooks import Hooks
-from tether.maintenance.rescuer import Rescuer
 from tether.otel import Tracing
 from tether.web import create_app
 
@@ -211,26 +210,10 @@ async def test_a_rescue_is_an_event_in_the_jobs_trace(
     app: App, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     app.hooks = Hooks([Tracing(provider)])
-    started = asyncio.Event()
-
-    @app.task(name="victim", max_attempts=3)
-    async def victim(ctx: tether.JobContext) -> None:
-        started.set()
-        await asyncio.Event().wait()
-
-    worker = Worker(app, fast_config())
-    await worker.start(services=False)
-    job = await victim.enqueue()
-    assert await worker.claimer.run_once() == 1
-    await asyncio.wait_for(started.wait(), 10)
-    store = await app.store()
-    await store.set_worker_state(worker.id, "dead")
-    rescuer = Rescuer(store, interval=1.0, session_grace=1.0, hooks=app.hooks)
-    assert [j.id for j in await rescuer.run_once()] == [job.id]
-    (rescue,) = _named(exporter.get_finished_spans(), "rescue victim")
-    (enqueue,) = _named(exporter.get_finished_spans(), "enqueue victim")
+    async with rescued_job(app, "victim"):
+        (rescue,) = _named(exporter.get_finished_spans(), "rescue victim")
+        (enqueue,) = _named(exporter.get_finished_spans(), "enqueue victim")
     assert _parent_of(rescue) == enqueue.context.span_id
     (event,) = rescue.events
     assert event.name == "tether.rescued"
     assert dict(event.attributes or {})["tether.job.state"] == "retrying"
-    await worker.stop()
