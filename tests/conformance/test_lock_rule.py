@@ -51,6 +51,7 @@ TABLES = {
     "tether_cancellations": "id",
     "tether_limits": "name",
 }
+BOUNDS = {"max_lines": 10, "max_bytes": 1000}
 PROMPT = 5.0  # generous: the bound on lock waits is 1 s; a wait would hang up to 30 s
 
 _WRITE = re.compile(r"\b(?:UPDATE\s+tether_\w+|DELETE\s+FROM|INSERT\s+INTO)\b")
@@ -117,6 +118,9 @@ WAITING = {
     "steps.LOCK_OWN_JOB": "SqlBase._transact_bounded",
     "steps.LOCK_JOB": "SqlBase._transact_bounded",
     "steps.FENCE": "SqlBase._transact_bounded",
+    # A job's log lines are written under a key-share lock on its row, which waits only
+    # for a delete of that row or a full lock (tether.store.common.logs); bounded too.
+    "logs.FENCE": "SqlBase._transact_bounded",
 }
 
 
@@ -306,6 +310,7 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
     # another client holds it, and go through once it is free.
     from tests.conformance.support import new_job, running_job
     from tether.store import create_store
+    from tether.joblog import PendingLine
     from tether.store.driver import ROW_LOCK_WAIT, lock_wait
 
     store = create_store(pg_url)
@@ -313,6 +318,7 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
     try:
         await store.migrate()
         job = await running_job(store, "w1")
+        line = PendingLine(0.0, "info", "held, then written")
         with psycopg.connect(pg_url) as holder:
             holder.execute("SELECT 1 FROM tether_jobs WHERE id = %s FOR UPDATE", (job.id,))
             loop = asyncio.get_running_loop()
@@ -330,6 +336,8 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
                 with pytest.raises(RowLocked):
                     await store.fence(job.id, job.lease_token)
                 with pytest.raises(RowLocked):
+                    await store.append_logs(job.id, job.lease_token, [line], **BOUNDS)
+                with pytest.raises(RowLocked):
                     await store.signal(job.id, "go", "1")
                 with pytest.raises(RowLocked):
                     await store.wait(
@@ -340,6 +348,8 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
         assert await store.save_artifact(job.id, job.lease_token, "a", b"x")
         assert await store.save_step(job.id, job.lease_token, "s", "1")
         assert await store.fence(job.id, job.lease_token)
+        assert await store.append_logs(job.id, job.lease_token, [line], **BOUNDS)
+        assert [x.message for x in await store.logs(job.id)] == ["held, then written"]
         assert await store.signal(job.id, "go", "1") == "kept"
         parked = await store.wait("w1", job.id, job.lease_token, "sleep:1", seconds=9, reason="r")
         assert parked.outcome == "parked"
