@@ -186,6 +186,8 @@ class ProcessHandle:
             self.ctx.set_progress(msg[1], msg[2])
         elif kind == "usage":
             self.ctx.report_usage(msg[1])
+        elif kind == "log":
+            self.ctx.log(msg[1], msg[2])
         elif kind in ("result", "error"):
             self._outcome = (kind, msg[1:])
 
@@ -287,6 +289,10 @@ class ProcessJobContext:
     def report_usage(self, amount: int) -> None:
         """Count usage against the job's budget."""
         self._conn.send(("usage", amount))
+
+    def log(self, message: object, level: str | int = "info") -> None:
+        """Add a line to the job's own log (see :meth:`JobContext.log`)."""
+        self._conn.send(("log", str(message), level))
 
 
 #: Signals a job process only takes from its worker, once it is ready for them.

@@ -27,9 +27,7 @@ def count(db: Db, job_id: int) -> int:
 async def test_lines_are_read_back_in_order_after_a_seq(store: Store) -> None:
     job = await running_job(store)
     assert await store.append_logs(job.id, job.lease_token, lines("a", "b"), **BOUNDS)
-    assert await store.append_logs(
-        job.id, job.lease_token, lines("c", level="warning"), **BOUNDS
-    )
+    assert await store.append_logs(job.id, job.lease_token, lines("c", level="warning"), **BOUNDS)
     read = await store.logs(job.id)
     assert [(x.seq, x.level, x.message) for x in read] == [
         (1, "info", "a"),
@@ -124,3 +122,13 @@ async def test_pruning_a_job_removes_its_lines(store: Store, db: Db) -> None:
     assert report.counts["jobs"] == 1 and report.counts["logs"] == 2
     assert count(db, old.id) == 0
     assert count(db, young.id) == 2
+
+
+async def test_lines_the_writer_dropped_are_counted_with_the_rest(store: Store) -> None:
+    job = await running_job(store)
+    bounds = {"max_lines": 2, "max_bytes": 10_000}
+    assert await store.append_logs(job.id, job.lease_token, lines("1", "2", "3"), **bounds)
+    assert await store.append_logs(job.id, job.lease_token, [], dropped=4, **bounds)
+    read = await store.logs(job.id)
+    assert [x.message for x in read[:2]] == ["1", "2"]
+    assert (read[2].seq, read[2].dropped) == (3, 5)

@@ -309,8 +309,8 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
     # The writes that must wait on a job's row (WAITING) give up with RowLocked while
     # another client holds it, and go through once it is free.
     from tests.conformance.support import new_job, running_job
-    from tether.store import create_store
     from tether.joblog import PendingLine
+    from tether.store import create_store
     from tether.store.driver import ROW_LOCK_WAIT, lock_wait
 
     store = create_store(pg_url)

@@ -12,6 +12,7 @@ are free.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ class LogsSql(SqlBase):
         *,
         max_lines: int,
         max_bytes: int,
+        dropped: int = 0,
     ) -> bool:
         q = self.sql.logs
 
@@ -38,7 +40,7 @@ class LogsSql(SqlBase):
             held = await tx.one(q.FENCE, {"id": job_id, "token": lease_token})
             if held is None:
                 return False
-            if not lines:
+            if not lines and not dropped:
                 return True
             tally = await tx.one(q.TALLY, {"id": job_id})
             assert tally is not None
@@ -65,11 +67,11 @@ class LogsSql(SqlBase):
                         "messages": [line.message for line in kept],
                     },
                 )
-            dropped = len(lines) - len(kept)
-            if dropped:
+            lost = len(lines) - len(kept) + dropped
+            if lost:
                 seq = int(marker) if marker is not None else last + len(kept) + 1
-                at = lines[-1].at
-                await tx.run(q.DROPPED, params | {"seq": seq, "at": at, "count": dropped})
+                at = lines[-1].at if lines else time.time()
+                await tx.run(q.DROPPED, params | {"seq": seq, "at": at, "count": lost})
             return True
 
         return await self._transact_bounded(body)

@@ -2,8 +2,7 @@
 
 # No row locks: the write lock the transaction holds lets nothing change meanwhile.
 FENCE = (
-    "SELECT attempt FROM tether_jobs WHERE id = :id AND lease_token = :token "
-    "AND state = 'running'"
+    "SELECT attempt FROM tether_jobs WHERE id = :id AND lease_token = :token AND state = 'running'"
 )
 
 # See the PostgreSQL text; bytes are those of the message's UTF-8 text.

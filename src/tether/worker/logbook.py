@@ -1,0 +1,154 @@
+"""The logbook: writes the lines handlers log (``ctx.log``) to their jobs' logs, in
+batches.
+
+A line is only appended to a buffer where the handler runs (the event loop or a handler
+thread), so logging never waits on the database. The first line of a batch schedules a
+write :data:`FLUSH_AFTER` seconds later; whatever the handlers log meanwhile goes in the
+same write, one transaction per job. A job's pending lines are also written just before
+its outcome (the completer calls :meth:`Logbook.flush`), since after it the lease that
+fences them is gone: a reader that sees the job finished has seen all its lines. A job
+that logs nothing costs nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tether.config import LoopBackoff
+from tether.errors import RowLocked
+from tether.joblog import PendingLine
+from tether.service import Service
+from tether.store.protocols import JobLogStore
+
+log = logging.getLogger("tether.worker")
+#: Seconds from a batch's first line to its write: lines show up live well within a
+#: second, and a chatty handler costs one write per job per this much time.
+FLUSH_AFTER = 0.2
+BACKOFF = LoopBackoff(after_errors=1, ceiling=5.0)
+
+
+@dataclass
+class _Pending:
+    token: int
+    lines: list[PendingLine] = field(default_factory=list)
+    #: Lines beyond what the job could keep, counted instead of buffered.
+    dropped: int = 0
+
+
+class Logbook(Service):
+    """Buffers the lines of the jobs a worker runs and writes them in batches."""
+
+    name = "logbook"
+
+    def __init__(
+        self,
+        store: JobLogStore,
+        *,
+        max_lines: int,
+        max_bytes: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(1.0, backoff=BACKOFF, logger=log)
+        self.store = store
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        # Handler threads append too: every touch of the buffers is under this lock.
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._scheduled = False
+        # One write at a time: a job's lines take consecutive seqs.
+        self._writing = asyncio.Lock()
+
+    @property
+    def pending(self) -> bool:
+        """Whether any line waits to be written."""
+        return bool(self._pending)
+
+    def writer(self, job_id: int, lease_token: int) -> Callable[[PendingLine], None]:
+        """What a job's context calls with each line (from any thread)."""
+        return lambda line: self.add(job_id, lease_token, line)
+
+    def add(self, job_id: int, lease_token: int, line: PendingLine) -> None:
+        """Buffer a line of the job's; from the event loop or a handler thread."""
+        with self._lock:
+            entry = self._pending.get(job_id)
+            if entry is None:
+                entry = self._pending[job_id] = _Pending(lease_token)
+            if len(entry.lines) < self.max_lines:
+                entry.lines.append(line)
+            else:  # the store would drop it anyway: count it, and bound the memory
+                entry.dropped += 1
+            first, self._scheduled = not self._scheduled, True
+        if first:
+            if threading.get_ident() == self._loop_thread:
+                self._loop.call_later(FLUSH_AFTER, self.wake)
+            else:
+                self._loop.call_soon_threadsafe(self._loop.call_later, FLUSH_AFTER, self.wake)
+
+    async def run_once(self) -> int:
+        """Write every pending line; returns how many lines were written or dropped."""
+        return await self._write(None)
+
+    async def flush(self, job_ids: Iterable[int]) -> None:
+        """Write the pending lines of ``job_ids`` now (before their outcomes). A failure
+        is logged, not raised: an outcome does not wait on its log."""
+        if not self._pending:
+            return
+        try:
+            await self._write(set(job_ids))
+        except Exception as exc:
+            log.warning("could not write the log lines of finishing jobs: %s", exc)
+
+    async def _write(self, only: set[int] | None) -> int:
+        async with self._writing:
+            with self._lock:
+                if only is None:
+                    batch, self._pending = self._pending, {}
+                    self._scheduled = False
+                else:
+                    batch = {i: self._pending.pop(i) for i in only if i in self._pending}
+                    if not self._pending:
+                        self._scheduled = False
+            done = 0
+            items = list(batch.items())
+            for n, (job_id, entry) in enumerate(items):
+                try:
+                    kept = await self.store.append_logs(
+                        job_id,
+                        entry.token,
+                        entry.lines,
+                        dropped=entry.dropped,
+                        max_lines=self.max_lines,
+                        max_bytes=self.max_bytes,
+                    )
+                except RowLocked:
+                    # Its row is held elsewhere (a delete in progress, an operator): try
+                    # again at the next round.
+                    self._put_back(items[n : n + 1])
+                    continue
+                except BaseException:
+                    self._put_back(items[n:])
+                    raise
+                if not kept:
+                    lost = len(entry.lines)
+                    log.debug("job %s: lease lost; %d log line(s) not kept", job_id, lost)
+                done += len(entry.lines) + entry.dropped
+            return done
+
+    def _put_back(self, items: list[tuple[int, _Pending]]) -> None:
+        with self._lock:
+            for job_id, entry in items:
+                newer = self._pending.get(job_id)
+                if newer is not None:
+                    entry.lines += newer.lines
+                    entry.dropped += newer.dropped
+                self._pending[job_id] = entry
+            if self._pending and not self._scheduled:
+                self._scheduled = True
+                self._loop.call_later(FLUSH_AFTER, self.wake)
