@@ -57,3 +57,30 @@ async def test_a_jobs_log_is_read_after_a_seq_and_redacted_for_members(
     assert (await authed.get("bob", path)).status_code == 404
     assert (await authed.get("alice", "/api/jobs/999999/logs")).status_code == 404
     assert (await authed.get("alice", path, params={"after": -1})).status_code == 422
+
+
+async def test_the_job_page_shows_the_log_and_its_refresh_new_lines(
+    tapp: App, authed: Client, job_in: JobIn
+) -> None:
+    from .support import dashboard_login
+
+    job = await job_in("running", owner="alice")
+    theirs = await job_in("queued", owner="bob")
+    store = await tapp.store()
+    http = await dashboard_login(authed, "alice")
+    page = (await http.get(f"/jobs/{job.id}")).text
+    section = page.split('id="job-log"', 1)[1].split("</section>", 1)[0]
+    assert "Nothing logged yet" in section
+
+    lines = [
+        PendingLine(1_700_000_000.0, "info", "<script>alert(1)</script>"),
+        PendingLine(1_700_000_001.0, "error", f"job {theirs.id} failed us"),
+    ]
+    assert await store.append_logs(job.id, job.lease_token, lines, **BOUNDS)
+    # The live region the page refreshes every second.
+    fragment = (await http.get(f"/jobs/{job.id}", params={"fragment": "1"})).text
+    section = fragment.split('id="job-log"', 1)[1].split("</section>", 1)[0]
+    assert section.count('class="log-line') == 2
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>" not in section
+    assert 'class="log-line log-error"' in section
+    assert "(about a job you cannot see)" in section and f"job {theirs.id}" not in section
