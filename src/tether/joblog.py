@@ -58,6 +58,17 @@ class PendingLine:
         return len(self.message.encode("utf-8", "replace"))
 
 
+@dataclass(frozen=True)
+class LogBatch:
+    """A job's lines to write at once, under the lease ``lease_token``; ``dropped``
+    counts lines its writer dropped instead of sending (past the bound already)."""
+
+    job_id: int
+    lease_token: int
+    lines: list[PendingLine]
+    dropped: int = 0
+
+
 def pending(message: object, level: int | str, at: float) -> PendingLine:
     """A line to store, its message made text and cut at :data:`MAX_MESSAGE_CHARS`."""
     text = message if isinstance(message, str) else str(message)

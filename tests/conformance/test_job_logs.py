@@ -5,7 +5,7 @@ first lines kept, the rest counted), and removed with the job."""
 from __future__ import annotations
 
 from tether.config import DAY, RetentionConfig
-from tether.joblog import DROPPED, PendingLine
+from tether.joblog import DROPPED, LogBatch, PendingLine
 from tether.maintenance import Pruner
 from tether.states import JobState
 from tether.store import Store
@@ -132,3 +132,27 @@ async def test_lines_the_writer_dropped_are_counted_with_the_rest(store: Store) 
     read = await store.logs(job.id)
     assert [x.message for x in read[:2]] == ["1", "2"]
     assert (read[2].seq, read[2].dropped) == (3, 5)
+
+
+async def test_one_write_takes_several_jobs_and_refuses_the_stale_ones(
+    store: Store, db: Db
+) -> None:
+    one = await running_job(store)
+    two = await running_job(store)
+    gone = await running_job(store, lease=60)
+    db.expire_lease(gone.id)
+    [rescued] = await store.rescue()
+    assert rescued.id == gone.id
+    assert await store.append_logs(two.id, two.lease_token, lines("earlier"), **BOUNDS)
+    batches = [
+        LogBatch(one.id, one.lease_token, lines("a", "b")),
+        LogBatch(two.id, two.lease_token, lines("c")),
+        LogBatch(gone.id, gone.lease_token, lines("zombie")),
+    ]
+    taken = await store.append_log_batches(batches, max_lines=2, max_bytes=10_000)
+    assert taken == {one.id, two.id}
+    assert [x.message for x in await store.logs(one.id)] == ["a", "b"]
+    [earlier, c] = await store.logs(two.id)
+    assert (earlier.seq, earlier.message, c.seq, c.message) == (1, "earlier", 2, "c")
+    assert await store.logs(gone.id) == []
+    assert await store.append_log_batches([], max_lines=2, max_bytes=10) == set()

@@ -4,10 +4,11 @@ batches.
 A line is only appended to a buffer where the handler runs (the event loop or a handler
 thread), so logging never waits on the database. The first line of a batch schedules a
 write :data:`FLUSH_AFTER` seconds later; whatever the handlers log meanwhile goes in the
-same write, one transaction per job. A job's pending lines are also written just before
-its outcome (the completer calls :meth:`Logbook.flush`), since after it the lease that
-fences them is gone: a reader that sees the job finished has seen all its lines. A job
-that logs nothing costs nothing here.
+same write, and every job's lines of a round go in one transaction. A job's pending
+lines are also written just before its outcome (the completer calls
+:meth:`Logbook.flush`), since after it the lease that fences them is gone: a reader that
+sees the job finished has seen all its lines. A job that logs nothing costs nothing
+here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tether.config import LoopBackoff
 from tether.errors import RowLocked
-from tether.joblog import PendingLine
+from tether.joblog import LogBatch, PendingLine
 from tether.service import Service
 from tether.store.protocols import JobLogStore
 
@@ -115,31 +116,27 @@ class Logbook(Service):
                     batch = {i: self._pending.pop(i) for i in only if i in self._pending}
                     if not self._pending:
                         self._scheduled = False
-            done = 0
+            if not batch:
+                return 0
             items = list(batch.items())
-            for n, (job_id, entry) in enumerate(items):
-                try:
-                    kept = await self.store.append_logs(
-                        job_id,
-                        entry.token,
-                        entry.lines,
-                        dropped=entry.dropped,
-                        max_lines=self.max_lines,
-                        max_bytes=self.max_bytes,
-                    )
-                except RowLocked:
-                    # Its row is held elsewhere (a delete in progress, an operator): try
-                    # again at the next round.
-                    self._put_back(items[n : n + 1])
-                    continue
-                except BaseException:
-                    self._put_back(items[n:])
-                    raise
-                if not kept:
-                    lost = len(entry.lines)
-                    log.debug("job %s: lease lost; %d log line(s) not kept", job_id, lost)
-                done += len(entry.lines) + entry.dropped
-            return done
+            try:
+                taken = await self.store.append_log_batches(
+                    [LogBatch(i, e.token, e.lines, e.dropped) for i, e in items],
+                    max_lines=self.max_lines,
+                    max_bytes=self.max_bytes,
+                )
+            except RowLocked:
+                # A job's row is held elsewhere (a delete in progress, an operator): the
+                # lines wait for the next round.
+                self._put_back(items)
+                return 0
+            except BaseException:
+                self._put_back(items)
+                raise
+            lost = sum(len(e.lines) for i, e in items if i not in taken)
+            if lost:
+                log.debug("%d log line(s) of jobs whose lease was lost not kept", lost)
+            return sum(len(e.lines) + e.dropped for _, e in items)
 
     def _put_back(self, items: list[tuple[int, _Pending]]) -> None:
         with self._lock:

@@ -1,13 +1,14 @@
 """A job's own log (:class:`~tether.store.protocols.JobLogStore`).
 
-Lines are written in batches under the job's lease, like an artifact: the lease is
+Lines are written in batches under their jobs' leases, like artifacts: the leases are
 checked in the writing transaction (on PostgreSQL under a key-share lock that waits,
-bounded, only for a delete of the job's row), so a zombie's lines are refused and a
+bounded, only for a delete of a job's row), so a zombie's lines are refused and a
 deleted job's lines are never left behind. The bounds are applied here, in the same
-transaction: the job's first lines are kept up to ``max_lines`` lines and
-``max_bytes`` bytes, and the rest are counted in one last row of level ``dropped``.
-One writer per job at a time (its worker's log service), so the seqs a batch takes
-are free.
+transaction: a job's first lines are kept up to ``max_lines`` lines and ``max_bytes``
+bytes, and the rest are counted in one last row of level ``dropped``. Each write is
+three statements however many jobs it carries (the leases, the logs' tallies, the
+lines), plus one per job whose log overflows. One writer per job at a time (its
+worker's logbook), so the seqs a batch takes are free.
 """
 
 from __future__ import annotations
@@ -16,13 +17,77 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tether.joblog import DROPPED, LogLine, PendingLine
+from tether.joblog import DROPPED, LogBatch, LogLine, PendingLine
 from tether.store.common.base import SqlBase
 from tether.store.driver import Tx
 
 
 class LogsSql(SqlBase):
     """The lines a job's handler wrote."""
+
+    async def append_log_batches(
+        self, batches: Sequence[LogBatch], *, max_lines: int, max_bytes: int
+    ) -> set[int]:
+        q = self.sql.logs
+        batches = [b for b in batches if b.lines or b.dropped]
+        if not batches:
+            return set()
+        ids = [b.job_id for b in batches]
+
+        async def body(tx: Tx) -> set[int]:
+            tokens = [b.lease_token for b in batches]
+            held = {
+                int(r["id"]): int(r["attempt"])
+                for r in await tx.all(q.FENCE, {"ids": ids, "tokens": tokens})
+            }
+            if not held:
+                return set()
+            tallies = {int(r["job_id"]): r for r in await tx.all(q.TALLY, {"ids": list(held)})}
+            rows: dict[str, list[Any]] = {
+                k: [] for k in ("job_ids", "seqs", "attempts", "ats", "levels", "messages")
+            }
+            overflow = []
+            for batch in batches:
+                attempt = held.get(batch.job_id)
+                if attempt is None:
+                    continue
+                tally = tallies.get(batch.job_id)
+                count = int(tally["lines"]) if tally else 0
+                size = int(tally["size"]) if tally else 0
+                last = int(tally["last"]) if tally else 0
+                marker = tally["marker"] if tally else None
+                kept = 0
+                if marker is None:  # once a log is full, every later line is dropped
+                    for line in batch.lines:
+                        if count >= max_lines or size + line.size > max_bytes:
+                            break
+                        kept += 1
+                        count += 1
+                        size += line.size
+                        rows["job_ids"].append(batch.job_id)
+                        rows["seqs"].append(last + kept)
+                        rows["attempts"].append(attempt)
+                        rows["ats"].append(line.at)
+                        rows["levels"].append(line.level)
+                        rows["messages"].append(line.message)
+                lost = len(batch.lines) - kept + batch.dropped
+                if lost:
+                    overflow.append(
+                        {
+                            "id": batch.job_id,
+                            "seq": int(marker) if marker is not None else last + kept + 1,
+                            "attempt": attempt,
+                            "at": batch.lines[-1].at if batch.lines else time.time(),
+                            "count": lost,
+                        }
+                    )
+            if rows["seqs"]:
+                await tx.run(q.APPEND, rows)
+            for params in overflow:
+                await tx.run(q.DROPPED, params)
+            return set(held)
+
+        return await self._transact_bounded(body)
 
     async def append_logs(
         self,
@@ -34,45 +99,16 @@ class LogsSql(SqlBase):
         max_bytes: int,
         dropped: int = 0,
     ) -> bool:
-        q = self.sql.logs
+        if not lines and not dropped:
+            return await self._log_fence(job_id, lease_token)
+        batch = LogBatch(job_id, lease_token, list(lines), dropped)
+        taken = await self.append_log_batches([batch], max_lines=max_lines, max_bytes=max_bytes)
+        return job_id in taken
 
+    async def _log_fence(self, job_id: int, lease_token: int) -> bool:
         async def body(tx: Tx) -> bool:
-            held = await tx.one(q.FENCE, {"id": job_id, "token": lease_token})
-            if held is None:
-                return False
-            if not lines and not dropped:
-                return True
-            tally = await tx.one(q.TALLY, {"id": job_id})
-            assert tally is not None
-            count, size, last = int(tally["lines"]), int(tally["size"]), int(tally["last"])
-            marker = tally["marker"]
-            kept: list[PendingLine] = []
-            if marker is None:  # once the log is full, every later line is dropped
-                for line in lines:
-                    if count >= max_lines or size + line.size > max_bytes:
-                        break
-                    kept.append(line)
-                    count += 1
-                    size += line.size
-            attempt = int(held["attempt"])
-            params: dict[str, Any] = {"id": job_id, "attempt": attempt}
-            if kept:
-                await tx.run(
-                    q.APPEND,
-                    params
-                    | {
-                        "seqs": list(range(last + 1, last + 1 + len(kept))),
-                        "ats": [line.at for line in kept],
-                        "levels": [line.level for line in kept],
-                        "messages": [line.message for line in kept],
-                    },
-                )
-            lost = len(lines) - len(kept) + dropped
-            if lost:
-                seq = int(marker) if marker is not None else last + len(kept) + 1
-                at = lines[-1].at if lines else time.time()
-                await tx.run(q.DROPPED, params | {"seq": seq, "at": at, "count": lost})
-            return True
+            params = {"ids": [job_id], "tokens": [lease_token]}
+            return bool(await tx.all(self.sql.logs.FENCE, params))
 
         return await self._transact_bounded(body)
 

@@ -5,12 +5,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tether.joblog import LogLine, PendingLine
+from tether.joblog import LogBatch, LogLine, PendingLine
 
 
 @runtime_checkable
 class JobLogStore(Protocol):
     """The lines a job's handler wrote, kept with the job and bounded per job."""
+
+    async def append_log_batches(
+        self, batches: Sequence[LogBatch], *, max_lines: int, max_bytes: int
+    ) -> set[int]:
+        """Add each batch's lines to its job's log, in one transaction, each fenced by
+        its lease; returns the ids of the jobs whose lines were taken (the others are no
+        longer running under the batch's token: nothing of theirs is written). One
+        batch per job.
+
+        A log keeps its job's first ``max_lines`` lines, as long as their messages come
+        to no more than ``max_bytes`` bytes (UTF-8); every line after that is dropped
+        and counted, with the batch's own ``dropped``, in the log's last line (level
+        ``dropped``)."""
 
     async def append_logs(
         self,
@@ -22,13 +35,7 @@ class JobLogStore(Protocol):
         max_bytes: int,
         dropped: int = 0,
     ) -> bool:
-        """Add ``lines`` to the job's log, fenced by its lease; ``False``: the lease is
-        lost (the job is no longer running under ``lease_token``), nothing written.
-
-        The log keeps the job's first ``max_lines`` lines, as long as their messages
-        come to no more than ``max_bytes`` bytes; every line after that is dropped and
-        counted in the log's last line (level ``dropped``), with the ``dropped`` lines the
-        writer counted instead of sending."""
+        """:meth:`append_log_batches` for one job; ``False``: the lease is lost."""
 
     async def logs(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
         """The job's lines with a ``seq`` above ``after``, in order, at most ``limit``."""

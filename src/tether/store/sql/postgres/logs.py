@@ -1,32 +1,35 @@
 """A job's own log (see :mod:`tether.store.common.logs`)."""
 
-# The lease of the job whose lines are written, checked in the writing transaction. A
-# key-share lock conflicts with neither a heartbeat, a finish nor a rescue (no-key
-# updates), so a busy log never holds them up; it waits only for a delete of the row
-# (a person's, retention's pick) or an operator's full lock, and that wait is bounded
-# (SqlBase._transact_bounded). Held to the commit, it keeps the row from being deleted
-# before the lines are in, so that a deleted job's lines are deleted with it.
+# The leases of the jobs whose lines are written, checked in the writing transaction.
+# A key-share lock conflicts with neither a heartbeat, a finish nor a rescue (no-key
+# updates), so a busy log never holds them up; it waits only for a delete of a row (a
+# person's, retention's pick) or an operator's full lock, and that wait is bounded
+# (SqlBase._transact_bounded). Held to the commit, it keeps a row from being deleted
+# before its lines are in, so that a deleted job's lines are deleted with it. Rows are
+# locked in id order, as every other multi-row lock of tether_jobs.
 FENCE = """
-SELECT attempt FROM tether_jobs
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
-FOR KEY SHARE  -- waits, bounded (SqlBase._transact_bounded): a delete must not pass it
+SELECT j.id, j.attempt FROM tether_jobs j
+JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS v(id, token) ON v.id = j.id
+WHERE j.lease_token = v.token AND j.state = 'running'
+ORDER BY j.id
+FOR KEY SHARE OF j  -- waits, bounded (SqlBase._transact_bounded): a delete must not pass it
 """
 
-# What the job's log holds: its lines, their bytes, the last seq, and the count of
-# dropped lines (the 'dropped' row's message) if it is full. One range of the primary
-# key, at most job_log_max_lines + 1 rows.
+# What each job's log holds: its lines, their bytes, the last seq, and the seq of the
+# 'dropped' row if it is full. One range of the primary key per job, at most
+# job_log_max_lines + 1 rows.
 TALLY = """
-SELECT COUNT(*) AS lines, COALESCE(SUM(octet_length(message)), 0) AS size,
-       COALESCE(MAX(seq), 0) AS last,
-       MAX(CASE WHEN level = 'dropped' THEN seq END) AS marker
-FROM tether_job_logs WHERE job_id = %(id)s
+SELECT job_id, COUNT(*) AS lines, COALESCE(SUM(octet_length(message)), 0) AS size,
+       MAX(seq) AS last, MAX(CASE WHEN level = 'dropped' THEN seq END) AS marker
+FROM tether_job_logs WHERE job_id = ANY(%(ids)s::bigint[]) GROUP BY job_id
 """
 
 APPEND = """
 INSERT INTO tether_job_logs (job_id, seq, attempt, at, level, message)
-SELECT %(id)s, s.seq, %(attempt)s, to_timestamp(s.at), s.level, s.message
-FROM unnest(%(seqs)s::int[], %(ats)s::float8[], %(levels)s::text[], %(messages)s::text[])
-    AS s(seq, at, level, message)
+SELECT s.job_id, s.seq, s.attempt, to_timestamp(s.at), s.level, s.message
+FROM unnest(%(job_ids)s::bigint[], %(seqs)s::int[], %(attempts)s::int[], %(ats)s::float8[],
+            %(levels)s::text[], %(messages)s::text[])
+    AS s(job_id, seq, attempt, at, level, message)
 """
 
 # The row that counts what a full log dropped: made once, then its count grows.

@@ -1,22 +1,27 @@
 """A job's own log (see :mod:`tether.store.common.logs`)."""
 
+from tether.store.sql.sqlite.fragments import each
+
 # No row locks: the write lock the transaction holds lets nothing change meanwhile.
 FENCE = (
-    "SELECT attempt FROM tether_jobs WHERE id = :id AND lease_token = :token AND state = 'running'"
+    "SELECT j.id, j.attempt FROM tether_jobs j JOIN (SELECT a.value AS id, b.value AS token "
+    "FROM json_each(:ids) a JOIN json_each(:tokens) b ON b.key = a.key) v ON v.id = j.id "
+    "WHERE j.lease_token = v.token AND j.state = 'running'"
 )
 
 # See the PostgreSQL text; bytes are those of the message's UTF-8 text.
 TALLY = (
-    "SELECT COUNT(*) AS lines, COALESCE(SUM(length(CAST(message AS BLOB))), 0) AS size, "
-    "COALESCE(MAX(seq), 0) AS last, MAX(CASE WHEN level = 'dropped' THEN seq END) AS marker "
-    "FROM tether_job_logs WHERE job_id = :id"
+    "SELECT job_id, COUNT(*) AS lines, COALESCE(SUM(length(CAST(message AS BLOB))), 0) "
+    "AS size, MAX(seq) AS last, MAX(CASE WHEN level = 'dropped' THEN seq END) AS marker "
+    f"FROM tether_job_logs WHERE job_id IN {each('ids')} GROUP BY job_id"
 )
 
 APPEND = (
     "INSERT INTO tether_job_logs (job_id, seq, attempt, at, level, message) "
-    "SELECT :id, s.value, :attempt, a.value, l.value, m.value FROM json_each(:seqs) s "
-    "JOIN json_each(:ats) a ON a.key = s.key JOIN json_each(:levels) l ON l.key = s.key "
-    "JOIN json_each(:messages) m ON m.key = s.key"
+    "SELECT j.value, s.value, a.value, t.value, l.value, m.value FROM json_each(:job_ids) j "
+    "JOIN json_each(:seqs) s ON s.key = j.key JOIN json_each(:attempts) a ON a.key = j.key "
+    "JOIN json_each(:ats) t ON t.key = j.key JOIN json_each(:levels) l ON l.key = j.key "
+    "JOIN json_each(:messages) m ON m.key = j.key"
 )
 
 DROPPED = (
