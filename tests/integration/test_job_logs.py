@@ -177,3 +177,17 @@ async def test_a_test_context_keeps_the_lines(user_logger: logging.Logger) -> No
         ("info", "by logging"),
     ]
     await app.close()
+
+
+async def test_a_process_handler_logs_through_its_pipe(app: App, workers: StartWorker) -> None:
+    from tests.integration.proc_tasks import register
+
+    tasks = register(app, max_attempts=1)
+    await workers()
+    job = await tasks["logs"].enqueue()
+    assert (await app.wait(job.id, timeout=60)).state is JobState.SUCCEEDED
+    lines = await app.jobs.logs(job.id)
+    assert [(x.level, x.message) for x in lines] == [
+        ("info", "from process True"),
+        ("warning", "a warning"),
+    ]
