@@ -69,6 +69,17 @@ class LogBatch:
     dropped: int = 0
 
 
+@dataclass(frozen=True)
+class LogsWritten:
+    """What became of the batches of one write: ``taken``, the jobs whose lines were
+    written (or counted); ``busy``, those whose row someone else holds locked (a delete
+    in progress, an operator), to try again later. The other jobs' leases are lost:
+    their lines are not kept."""
+
+    taken: frozenset[int] = frozenset()
+    busy: frozenset[int] = frozenset()
+
+
 def pending(message: object, level: int | str, at: float) -> PendingLine:
     """A line to store, its message made text and cut at :data:`MAX_MESSAGE_CHARS`."""
     text = message if isinstance(message, str) else str(message)

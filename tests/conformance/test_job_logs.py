@@ -4,8 +4,10 @@ first lines kept, the rest counted), and removed with the job."""
 
 from __future__ import annotations
 
+import pytest
+
 from tether.config import DAY, RetentionConfig
-from tether.joblog import DROPPED, LogBatch, PendingLine
+from tether.joblog import DROPPED, LogBatch, LogsWritten, PendingLine
 from tether.maintenance import Pruner
 from tether.states import JobState
 from tether.store import Store
@@ -149,10 +151,40 @@ async def test_one_write_takes_several_jobs_and_refuses_the_stale_ones(
         LogBatch(two.id, two.lease_token, lines("c")),
         LogBatch(gone.id, gone.lease_token, lines("zombie")),
     ]
-    taken = await store.append_log_batches(batches, max_lines=2, max_bytes=10_000)
-    assert taken == {one.id, two.id}
+    done = await store.append_log_batches(batches, max_lines=2, max_bytes=10_000)
+    assert (done.taken, done.busy) == ({one.id, two.id}, set())
     assert [x.message for x in await store.logs(one.id)] == ["a", "b"]
     [earlier, c] = await store.logs(two.id)
     assert (earlier.seq, earlier.message, c.seq, c.message) == (1, "earlier", 2, "c")
     assert await store.logs(gone.id) == []
-    assert await store.append_log_batches([], max_lines=2, max_bytes=10) == set()
+    assert await store.append_log_batches([], max_lines=2, max_bytes=10) == LogsWritten()
+
+
+@pytest.mark.postgres
+async def test_a_row_held_elsewhere_is_skipped_as_busy_not_lost(pg_url: str) -> None:
+    # Nothing waits for a job's row: a job whose row someone holds (a delete under way,
+    # an operator) is reported busy, its lines unwritten, and the others go through.
+    import psycopg
+
+    from tether.store import create_store
+
+    store = create_store(pg_url)
+    await store.open()
+    try:
+        held = await running_job(store)
+        free = await running_job(store)
+        batches = [
+            LogBatch(held.id, held.lease_token, lines("held")),
+            LogBatch(free.id, free.lease_token, lines("free")),
+        ]
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM tether_jobs WHERE id = %s FOR UPDATE", (held.id,))
+            done = await store.append_log_batches(batches, **BOUNDS)
+            assert (done.taken, done.busy) == ({free.id}, {held.id})
+            holder.rollback()
+        assert await store.logs(held.id) == []
+        done = await store.append_log_batches(batches[:1], **BOUNDS)
+        assert done.taken == {held.id}
+        assert [x.message for x in await store.logs(held.id)] == ["held"]
+    finally:
+        await store.close()

@@ -33,6 +33,7 @@ from tests.helpers import fast_config
 from tether import App, AppConfig, JobState, Worker
 from tether.config import RetentionConfig
 from tether.errors import RowLocked
+from tether.joblog import PendingLine
 from tether.service import Service
 from tether.store.driver import LOCK_WAIT
 from tether.store.postgres_tx import PostgresTx
@@ -118,9 +119,6 @@ WAITING = {
     "steps.LOCK_OWN_JOB": "SqlBase._transact_bounded",
     "steps.LOCK_JOB": "SqlBase._transact_bounded",
     "steps.FENCE": "SqlBase._transact_bounded",
-    # A job's log lines are written under a key-share lock on its row, which waits only
-    # for a delete of that row or a full lock (tether.store.common.logs); bounded too.
-    "logs.FENCE": "SqlBase._transact_bounded",
 }
 
 
@@ -177,7 +175,8 @@ class Fleet:
         self.worker = worker
         self.task = task
         # A completer of our own: the worker's runs by itself, even with services off.
-        self.completer = Completer(worker.store, worker.id)
+        # It writes the finishing jobs' log lines first, with the worker's logbook.
+        self.completer = Completer(worker.store, worker.id, logbook=worker.logbook)
 
     async def round(self, duty: str) -> None:
         w = self.worker
@@ -194,8 +193,9 @@ class Fleet:
 
     async def prepare(self) -> None:
         """What the next round of each duty needs: an outcome for the completer (a job
-        this worker holds, handed back)."""
+        this worker holds, handed back, with a log line to write first)."""
         [job] = await self.worker.store.claim(self.worker.id, ["default"], [self.task], 1, 60)
+        self.worker.logbook.add(job.id, job.lease_token, PendingLine(0.0, "info", "a line"))
         self.completer.submit(_released(job))
 
 

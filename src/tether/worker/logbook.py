@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tether.config import LoopBackoff
-from tether.errors import RowLocked
 from tether.joblog import LogBatch, PendingLine
 from tether.service import Service
 from tether.store.protocols import JobLogStore
@@ -120,23 +119,22 @@ class Logbook(Service):
                 return 0
             items = list(batch.items())
             try:
-                taken = await self.store.append_log_batches(
+                done = await self.store.append_log_batches(
                     [LogBatch(i, e.token, e.lines, e.dropped) for i, e in items],
                     max_lines=self.max_lines,
                     max_bytes=self.max_bytes,
                 )
-            except RowLocked:
-                # A job's row is held elsewhere (a delete in progress, an operator): the
-                # lines wait for the next round.
-                self._put_back(items)
-                return 0
             except BaseException:
                 self._put_back(items)
                 raise
-            lost = sum(len(e.lines) for i, e in items if i not in taken)
+            if done.busy:
+                # Rows held elsewhere (a delete in progress, an operator): those lines
+                # wait for the next round, still fenced by their leases.
+                self._put_back([(i, e) for i, e in items if i in done.busy])
+            lost = sum(len(e.lines) for i, e in items if i not in done.taken | done.busy)
             if lost:
                 log.debug("%d log line(s) of jobs whose lease was lost not kept", lost)
-            return sum(len(e.lines) + e.dropped for _, e in items)
+            return sum(len(e.lines) + e.dropped for i, e in items if i in done.taken)
 
     def _put_back(self, items: list[tuple[int, _Pending]]) -> None:
         with self._lock:

@@ -1,9 +1,11 @@
 """A job's own log (:class:`~tether.store.protocols.JobLogStore`).
 
 Lines are written in batches under their jobs' leases, like artifacts: the leases are
-checked in the writing transaction (on PostgreSQL under a key-share lock that waits,
-bounded, only for a delete of a job's row), so a zombie's lines are refused and a
-deleted job's lines are never left behind. The bounds are applied here, in the same
+checked in the writing transaction (on PostgreSQL under a key-share lock, held to the
+commit), so a zombie's lines are refused and a deleted job's lines are never left
+behind. Nothing waits on a row lock: a job whose row someone else holds (a delete in
+progress, an operator's lock) is skipped and reported ``busy``, and its writer tries
+again later. The bounds are applied here, in the same
 transaction: a job's first lines are kept up to ``max_lines`` lines and ``max_bytes``
 bytes, and the rest are counted in one last row of level ``dropped``. Each write is
 three statements however many jobs it carries (the leases, the logs' tallies, the
@@ -17,7 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tether.joblog import DROPPED, LogBatch, LogLine, PendingLine
+from tether.errors import RowLocked
+from tether.joblog import DROPPED, LogBatch, LogLine, LogsWritten, PendingLine
 from tether.store.common.base import SqlBase
 from tether.store.driver import Tx
 
@@ -27,21 +30,21 @@ class LogsSql(SqlBase):
 
     async def append_log_batches(
         self, batches: Sequence[LogBatch], *, max_lines: int, max_bytes: int
-    ) -> set[int]:
+    ) -> LogsWritten:
         q = self.sql.logs
         batches = [b for b in batches if b.lines or b.dropped]
         if not batches:
-            return set()
-        ids = [b.job_id for b in batches]
+            return LogsWritten()
+        leases = {"ids": [b.job_id for b in batches], "tokens": [b.lease_token for b in batches]}
 
-        async def body(tx: Tx) -> set[int]:
-            tokens = [b.lease_token for b in batches]
-            held = {
-                int(r["id"]): int(r["attempt"])
-                for r in await tx.all(q.FENCE, {"ids": ids, "tokens": tokens})
-            }
+        async def body(tx: Tx) -> LogsWritten:
+            held = {int(r["id"]): int(r["attempt"]) for r in await tx.all(q.FENCE, leases)}
+            busy: frozenset[int] = frozenset()
+            if len(held) < len(batches) and q.BUSY is not None:
+                # Skipped rows: locked by someone else, or not ours any more.
+                busy = frozenset(int(r["id"]) for r in await tx.all(q.BUSY, leases)) - set(held)
             if not held:
-                return set()
+                return LogsWritten(busy=busy)
             tallies = {int(r["job_id"]): r for r in await tx.all(q.TALLY, {"ids": list(held)})}
             rows: dict[str, list[Any]] = {
                 k: [] for k in ("job_ids", "seqs", "attempts", "ats", "levels", "messages")
@@ -85,8 +88,10 @@ class LogsSql(SqlBase):
                 await tx.run(q.APPEND, rows)
             for params in overflow:
                 await tx.run(q.DROPPED, params)
-            return set(held)
+            return LogsWritten(frozenset(held), busy)
 
+        # Bounded all the same: a line's key or a log's 'dropped' row may be held by
+        # another session (a zombie's write in flight, an operator).
         return await self._transact_bounded(body)
 
     async def append_logs(
@@ -102,15 +107,17 @@ class LogsSql(SqlBase):
         if not lines and not dropped:
             return await self._log_fence(job_id, lease_token)
         batch = LogBatch(job_id, lease_token, list(lines), dropped)
-        taken = await self.append_log_batches([batch], max_lines=max_lines, max_bytes=max_bytes)
-        return job_id in taken
+        done = await self.append_log_batches([batch], max_lines=max_lines, max_bytes=max_bytes)
+        if job_id in done.busy:
+            raise RowLocked(f"job {job_id}'s row is locked by another session; no line written")
+        return job_id in done.taken
 
     async def _log_fence(self, job_id: int, lease_token: int) -> bool:
         async def body(tx: Tx) -> bool:
             params = {"ids": [job_id], "tokens": [lease_token]}
-            return bool(await tx.all(self.sql.logs.FENCE, params))
+            return bool(await tx.all(self.sql.logs.BUSY or self.sql.logs.FENCE, params))
 
-        return await self._transact_bounded(body)
+        return await self._query(body)
 
     async def logs(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
         async def body(tx: Tx) -> list[LogLine]:

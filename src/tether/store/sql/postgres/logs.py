@@ -2,17 +2,22 @@
 
 # The leases of the jobs whose lines are written, checked in the writing transaction.
 # A key-share lock conflicts with neither a heartbeat, a finish nor a rescue (no-key
-# updates), so a busy log never holds them up; it waits only for a delete of a row (a
-# person's, retention's pick) or an operator's full lock, and that wait is bounded
-# (SqlBase._transact_bounded). Held to the commit, it keeps a row from being deleted
-# before its lines are in, so that a deleted job's lines are deleted with it. Rows are
-# locked in id order, as every other multi-row lock of tether_jobs.
+# updates), so a busy log never holds them up. Held to the commit, it keeps a row from
+# being deleted before its lines are in, so that a deleted job's lines are deleted with
+# it. It would wait only for a delete of a row (a person's, retention's pick) or an
+# operator's full lock: those rows are skipped, and BUSY tells them from lost leases.
 FENCE = """
 SELECT j.id, j.attempt FROM tether_jobs j
 JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS v(id, token) ON v.id = j.id
 WHERE j.lease_token = v.token AND j.state = 'running'
-ORDER BY j.id
-FOR KEY SHARE OF j  -- waits, bounded (SqlBase._transact_bounded): a delete must not pass it
+FOR KEY SHARE OF j SKIP LOCKED
+"""
+# The same jobs, unlocked: those FENCE skipped that still run under the token are held
+# by someone else (their writer tries again), not lost.
+BUSY = """
+SELECT j.id FROM tether_jobs j
+JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS v(id, token) ON v.id = j.id
+WHERE j.lease_token = v.token AND j.state = 'running'
 """
 
 # What each job's log holds: its lines, their bytes, the last seq, and the seq of the

@@ -8,6 +8,8 @@ FENCE = (
     "FROM json_each(:ids) a JOIN json_each(:tokens) b ON b.key = a.key) v ON v.id = j.id "
     "WHERE j.lease_token = v.token AND j.state = 'running'"
 )
+# Nothing is ever skipped: no row is held.
+BUSY = None
 
 # See the PostgreSQL text; bytes are those of the message's UTF-8 text.
 TALLY = (
