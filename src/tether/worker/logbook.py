@@ -14,6 +14,7 @@ here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -88,7 +89,9 @@ class Logbook(Service):
         if first:
             if threading.get_ident() == self._loop_thread:
                 self._loop.call_later(FLUSH_AFTER, self.wake)
-            else:
+                return
+            # A closed loop: an abandoned handler thread logging after its worker stopped.
+            with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._loop.call_later, FLUSH_AFTER, self.wake)
 
     async def run_once(self) -> int:
