@@ -46,9 +46,7 @@ class LogsSql(SqlBase):
             if not held:
                 return LogsWritten(busy=busy)
             tallies = {int(r["job_id"]): r for r in await tx.all(q.TALLY, {"ids": list(held)})}
-            rows: dict[str, list[Any]] = {
-                k: [] for k in ("job_ids", "seqs", "attempts", "ats", "levels", "messages")
-            }
+            rows: list[tuple[Any, ...]] = []
             overflow = []
             for batch in batches:
                 attempt = held.get(batch.job_id)
@@ -67,12 +65,9 @@ class LogsSql(SqlBase):
                         kept += 1
                         count += 1
                         size += line.size
-                        rows["job_ids"].append(batch.job_id)
-                        rows["seqs"].append(last + kept)
-                        rows["attempts"].append(attempt)
-                        rows["ats"].append(line.at)
-                        rows["levels"].append(line.level)
-                        rows["messages"].append(line.message)
+                        rows.append(
+                            (batch.job_id, last + kept, attempt, line.at, line.level, line.message)
+                        )
                 lost = len(batch.lines) - kept + batch.dropped
                 if lost:
                     overflow.append(
@@ -84,8 +79,8 @@ class LogsSql(SqlBase):
                             "count": lost,
                         }
                     )
-            if rows["seqs"]:
-                await tx.run(q.APPEND, rows)
+            if rows:
+                await tx.run(q.APPEND, self._line_params(rows))
             for params in overflow:
                 await tx.run(q.DROPPED, params)
             return LogsWritten(frozenset(held), busy)
@@ -93,6 +88,13 @@ class LogsSql(SqlBase):
         # Bounded all the same: a line's key or a log's 'dropped' row may be held by
         # another session (a zombie's write in flight, an operator).
         return await self._transact_bounded(body)
+
+    def _line_params(self, rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+        if self.sql.logs.LINE_ROWS:
+            return {"rows": rows}
+        columns = ("job_ids", "seqs", "attempts", "ats", "levels", "messages")
+        values = zip(*rows, strict=True)
+        return {name: list(column) for name, column in zip(columns, values, strict=True)}
 
     async def append_logs(
         self,

@@ -29,6 +29,8 @@ SELECT job_id, COUNT(*) AS lines, COALESCE(SUM(octet_length(message)), 0) AS siz
 FROM tether_job_logs WHERE job_id = ANY(%(ids)s::bigint[]) GROUP BY job_id
 """
 
+# The lines as one array per column (SQLite's take one array of rows: LINE_ROWS).
+LINE_ROWS = False
 APPEND = """
 INSERT INTO tether_job_logs (job_id, seq, attempt, at, level, message)
 SELECT s.job_id, s.seq, s.attempt, to_timestamp(s.at), s.level, s.message

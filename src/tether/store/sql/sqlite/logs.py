@@ -18,12 +18,14 @@ TALLY = (
     f"FROM tether_job_logs WHERE job_id IN {each('ids')} GROUP BY job_id"
 )
 
+# The lines as one JSON array of [job_id, seq, attempt, at, level, message] rows (see
+# LINE_ROWS): one pass over it, where a join of one array per column on their keys would
+# cost the square of the lines.
+LINE_ROWS = True
 APPEND = (
     "INSERT INTO tether_job_logs (job_id, seq, attempt, at, level, message) "
-    "SELECT j.value, s.value, a.value, t.value, l.value, m.value FROM json_each(:job_ids) j "
-    "JOIN json_each(:seqs) s ON s.key = j.key JOIN json_each(:attempts) a ON a.key = j.key "
-    "JOIN json_each(:ats) t ON t.key = j.key JOIN json_each(:levels) l ON l.key = j.key "
-    "JOIN json_each(:messages) m ON m.key = j.key"
+    "SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 "
+    "FROM json_each(:rows)"
 )
 
 DROPPED = (
