@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from tether.context import CURRENT, CancelSignal, JobContext, SyncJobContext
 from tether.errors import Cancelled, Fail, InvalidJobError, Retry
 from tether.job import JSON
+from tether.joblog import level_name
 from tether.task import Task
 
 
@@ -292,7 +293,7 @@ class ProcessJobContext:
 
     def log(self, message: object, level: str | int = "info") -> None:
         """Add a line to the job's own log (see :meth:`JobContext.log`)."""
-        self._conn.send(("log", str(message), level))
+        self._conn.send(("log", str(message), level_name(level)))  # a bad level raises here
 
 
 #: Signals a job process only takes from its worker, once it is ready for them.

@@ -38,6 +38,7 @@ class _Pending:
     lines: list[PendingLine] = field(default_factory=list)
     #: Lines beyond what the job could keep, counted instead of buffered.
     dropped: int = 0
+    size: int = 0
 
 
 class Logbook(Service):
@@ -81,8 +82,11 @@ class Logbook(Service):
             entry = self._pending.get(job_id)
             if entry is None:
                 entry = self._pending[job_id] = _Pending(lease_token)
-            if len(entry.lines) < self.max_lines:
+            # A prefix, as the store keeps: after one line dropped, every later one is.
+            fits = len(entry.lines) < self.max_lines and entry.size + line.size <= self.max_bytes
+            if fits and not entry.dropped:
                 entry.lines.append(line)
+                entry.size += line.size
             else:  # the store would drop it anyway: count it, and bound the memory
                 entry.dropped += 1
             first, self._scheduled = not self._scheduled, True
@@ -146,6 +150,7 @@ class Logbook(Service):
                 if newer is not None:
                     entry.lines += newer.lines
                     entry.dropped += newer.dropped
+                    entry.size += newer.size
                 self._pending[job_id] = entry
             if self._pending and not self._scheduled:
                 self._scheduled = True
