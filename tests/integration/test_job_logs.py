@@ -191,3 +191,26 @@ async def test_a_process_handler_logs_through_its_pipe(app: App, workers: StartW
         ("info", "from process True"),
         ("warning", "a warning"),
     ]
+
+
+async def test_the_byte_bound_keeps_a_prefix_of_the_lines(db_url: str) -> None:
+    from tests.helpers import fast_config
+
+    app = App(db_url, config=AppConfig(job_log_max_bytes=10, wait_poll_interval=0.05))
+
+    @app.task
+    async def wordy(ctx: tether.JobContext) -> None:
+        for message in ("ééé", "abcd", "a line too many", "x"):  # 6 + 4 bytes fill it
+            ctx.log(message)
+
+    worker = tether.Worker(app, fast_config())
+    await worker.start()
+    try:
+        job = await wordy.enqueue()
+        assert (await app.wait(job.id, timeout=10)).state is JobState.SUCCEEDED
+        lines = await app.jobs.logs(job.id)
+        assert [x.message for x in lines[:2]] == ["ééé", "abcd"]
+        assert (lines[2].level, lines[2].dropped, len(lines)) == (DROPPED, 2, 3)
+    finally:
+        await worker.stop()
+        await app.close()
