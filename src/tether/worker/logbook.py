@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tether.config import LoopBackoff
@@ -72,12 +72,9 @@ class Logbook(Service):
         """Whether any line waits to be written."""
         return bool(self._pending)
 
-    def writer(self, job_id: int, lease_token: int) -> Callable[[PendingLine], None]:
-        """What a job's context calls with each line (from any thread)."""
-        return lambda line: self.add(job_id, lease_token, line)
-
     def add(self, job_id: int, lease_token: int, line: PendingLine) -> None:
-        """Buffer a line of the job's; from the event loop or a handler thread."""
+        """Buffer a line of the job's (what its context's ``log`` calls), from the event
+        loop or a handler thread."""
         with self._lock:
             entry = self._pending.get(job_id)
             if entry is None:

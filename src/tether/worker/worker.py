@@ -283,7 +283,9 @@ class Worker:
         await self._wait_jobs(grace + 5.0, hard_stops=False)
         await self._drain_completer()
         with contextlib.suppress(Exception):
-            await self.logbook.run_once()  # lines of jobs handed back, or abandoned
+            # Lines still pending: of jobs whose outcome could not be written yet, whose
+            # leases still hold.
+            await self.logbook.run_once()
         if self._capturing:
             self._capturing = False
             logcapture.uninstall()
