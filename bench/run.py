@@ -1977,7 +1977,7 @@ def render_console(tables: list[Table]) -> str:
 
 #: Sections of the report that other scripts write (``bench/indexcost.py`` and
 #: ``bench/pgprofile.py``, ``bench/connections.py``): a new report keeps them as they were.
-KEPT_SECTIONS = ("## Writes per job", "## Connections", "## Durable steps")
+KEPT_SECTIONS = ("## Writes per job", "## Connections", "## Durable steps", "## Job logs")
 
 
 def kept_sections(path: Path) -> str:

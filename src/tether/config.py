@@ -19,6 +19,9 @@ DEFAULT_DATABASE_URL = "sqlite:///tether.db"
 DEFAULT_QUEUE = "default"
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ARTIFACT_BYTES = 10 * 1024 * 1024
+#: What a job's own log keeps (tether.joblog): its first lines, up to both bounds.
+JOB_LOG_MAX_LINES = 1000
+JOB_LOG_MAX_BYTES = 256 * 1024
 DEFAULT_MAX_ATTEMPTS = 3
 # Server connections per process: the pool's, plus one LISTEN connection while
 # something listens. The pool keeps one connection and grows to its size while calls
@@ -189,10 +192,16 @@ class AppConfig:
     # Retries of a cancellation's store calls before its record ends ``failed``.
     cancellation_retry: StoreRetry = field(default_factory=StoreRetry)
     store: StoreConfig = field(default_factory=StoreConfig)
+    # A job's own log (ctx.log): the first lines kept, up to both bounds; later lines
+    # are counted, not kept.
+    job_log_max_lines: int = JOB_LOG_MAX_LINES
+    job_log_max_bytes: int = JOB_LOG_MAX_BYTES
 
     def __post_init__(self) -> None:
         _positive("max_payload_bytes", self.max_payload_bytes)
         _positive("max_artifact_bytes", self.max_artifact_bytes)
+        _positive("job_log_max_lines", self.job_log_max_lines)
+        _positive("job_log_max_bytes", self.job_log_max_bytes)
         _positive("wait_poll_interval", self.wait_poll_interval)
         if self.cancellation_adopt_after < 0:
             raise ConfigError("cancellation_adopt_after must not be negative")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether import payload
+from tether import joblog, payload
 from tether.errors import Cancelled, InvalidJobError, LeaseLostError, PayloadTooLargeError
 from tether.job import JSON, Job
 
@@ -136,8 +137,10 @@ class JobContext:
         max_artifact_bytes: int,
         threaded: bool = False,
         steps: Callable[[], Steps] | None = None,
+        write_log: Callable[[int, int, joblog.PendingLine], None] | None = None,
     ) -> None:
         self.job = job
+        self._write_log = write_log
         # Made at the first step, sleep or wait: most jobs use none, and the launch of
         # a job is on the hot path.
         self._make_steps = steps
@@ -292,6 +295,21 @@ class JobContext:
         """
         return self.durable.transaction()
 
+    def log(self, message: object, level: str | int = "info") -> None:
+        """Add a line to the job's own log (``tether job logs ID``, the API, the
+        dashboard's job page); never blocks.
+
+        ``level``: ``debug``, ``info``, ``warning``, ``error``, ``critical`` (or a
+        ``logging`` level). Lines are written in batches within a fraction of a second,
+        and before the job's outcome; the ``logging`` module's records emitted inside
+        the handler land here too. The job keeps its first lines, up to
+        ``AppConfig.job_log_max_lines`` and ``job_log_max_bytes``; later ones are
+        counted, not kept. Lines written after the lease was lost are not kept.
+        """
+        line = joblog.pending(message, level, time.time())
+        if self._write_log is not None:
+            self._write_log(self.job.id, self.job.lease_token, line)
+
     async def save_artifact(self, name: str, data: bytes) -> None:
         """Store ``data`` under ``name``; artifacts outlive failure and cancellation."""
         if not name or len(name) > 200:
@@ -361,6 +379,10 @@ class SyncJobContext:
         if amount < 0:
             raise ValueError("usage must not be negative")
         self._loop.call_soon_threadsafe(self._ctx.report_usage, amount)
+
+    def log(self, message: object, level: str | int = "info") -> None:
+        """Add a line to the job's own log (see :meth:`JobContext.log`); never blocks."""
+        self._ctx.log(message, level)
 
     def save_artifact(self, name: str, data: bytes) -> None:
         """Store an artifact (blocks until written)."""

@@ -29,6 +29,7 @@ from tether.context import CURRENT, CancelSignal, JobContext, SyncJobContext
 from tether.errors import Cancelled, Fail, InvalidJobError, Retry
 from tether.hooks import Hooks
 from tether.job import JSON
+from tether.joblog import level_name
 from tether.task import Task
 
 
@@ -198,6 +199,8 @@ class ProcessHandle:
             self.ctx.set_progress(msg[1], msg[2])
         elif kind == "usage":
             self.ctx.report_usage(msg[1])
+        elif kind == "log":
+            self.ctx.log(msg[1], msg[2])
         elif kind in ("result", "error"):
             self._outcome = (kind, msg[1:])
 
@@ -299,6 +302,10 @@ class ProcessJobContext:
     def report_usage(self, amount: int) -> None:
         """Count usage against the job's budget."""
         self._conn.send(("usage", amount))
+
+    def log(self, message: object, level: str | int = "info") -> None:
+        """Add a line to the job's own log (see :meth:`JobContext.log`)."""
+        self._conn.send(("log", str(message), level_name(level)))  # a bad level raises here
 
 
 #: Signals a job process only takes from its worker, once it is ready for them.

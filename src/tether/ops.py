@@ -15,6 +15,7 @@ PRUNE_KINDS = (
     "artifacts",
     "steps",
     "signals",
+    "logs",
     "cancellations",
     "audit",
     "workers",

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import ParamSpec, TypeVar
 
+from tether import logcapture
 from tether.config import AppConfig
 from tether.context import CURRENT, JobContext, SyncJobContext
 from tether.durable import Steps
 from tether.errors import InvalidJobError
 from tether.job import JSON, Job, StepInfo, WaitResult
+from tether.joblog import PendingLine
 from tether.states import JobState
 from tether.store import MEMORY_URL
 
@@ -89,7 +91,9 @@ class TestContext(JobContext):
     ``checkpoint``, ``attempt``, ``phase`` and ``budget`` set what the handler sees, as
     if an earlier attempt had run. Afterwards ``checkpoints`` lists every checkpoint
     saved, ``progress`` and ``usage`` hold the last reported, ``artifacts`` the saved
-    artifacts and ``spawned`` the children as ``(task name, args)``. :meth:`cancel`
+    artifacts, ``spawned`` the children as ``(task name, args)`` and ``logs`` the lines
+    of the job's own log (``ctx.log``, and the ``logging`` module inside the handler),
+    as :class:`~tether.joblog.PendingLine` (``level``, ``message``). :meth:`cancel`
     (before or during the run) raises the cancel signal as a cancel request would.
     """
 
@@ -113,6 +117,7 @@ class TestContext(JobContext):
         self._memory = _MemorySteps(self, steps or {}, signals or {})
         self.checkpoints: list[JSON] = []
         self.artifacts: dict[str, bytes] = {}
+        self.logs: list[PendingLine] = []
         self.spawned: list[tuple[str, dict[str, JSON]]] = []
         self._children_jobs: list[Job] = []
         self._budget = budget
@@ -128,6 +133,7 @@ class TestContext(JobContext):
             max_payload_bytes=max_payload_bytes,
             max_artifact_bytes=max_artifact_bytes,
             threaded=True,
+            write_log=lambda _job, _token, line: self.logs.append(line),
         )
         self._steps = self._memory.for_job(self.job, max_payload_bytes)
 
@@ -148,17 +154,21 @@ class TestContext(JobContext):
         self._steps = self._memory.for_job(self.job, self._max_payload)
         call_args = task.arguments.for_call(stored)
         fn: Callable[..., Any] = task.fn
-        if task.executor == "async":
-            current = CURRENT.set(self)  # for @tether.step functions, as a worker does
-            try:
-                return await fn(self, **call_args)
-            finally:
-                CURRENT.reset(current)
-        loop = asyncio.get_running_loop()
-        sync_ctx = SyncJobContext(self, loop)
-        context = contextvars.copy_context()
-        context.run(CURRENT.set, sync_ctx)
-        return await loop.run_in_executor(None, lambda: context.run(fn, sync_ctx, **call_args))
+        logcapture.install()  # the logging module's records land in ``logs``, as in a worker
+        try:
+            if task.executor == "async":
+                current = CURRENT.set(self)  # for @tether.step functions, as a worker does
+                try:
+                    return await fn(self, **call_args)
+                finally:
+                    CURRENT.reset(current)
+            loop = asyncio.get_running_loop()
+            sync_ctx = SyncJobContext(self, loop)
+            context = contextvars.copy_context()
+            context.run(CURRENT.set, sync_ctx)
+            return await loop.run_in_executor(None, lambda: context.run(fn, sync_ctx, **call_args))
+        finally:
+            logcapture.uninstall()
 
     async def _record_checkpoint(self, encoded: str) -> bool:
         self.checkpoints.append(json.loads(encoded))

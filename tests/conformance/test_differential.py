@@ -7,11 +7,12 @@ enqueue in the caller's transaction, committed or rolled back; claim, under rate
 limits too; finish with every outcome and with fresh or stale tokens; heartbeat;
 cancel; pause; resume; retry; lease expiry and rescue; pruning; schedule ticks; a live
 feed starting and stopping to follow; durable steps, sleeps and waits that park a job,
-signals that wake it, and their deadlines passing) to a
+signals that wake it, and their deadlines passing; a job's log lines, fresh and stale,
+filling its bounds) to a
 SQLite store and a PostgreSQL store side by side. After every step every
 job must look the same in both (state, attempt, lease token, result, error, requests),
 and both must have answered the same (the jobs claimed, the writes accepted, the error
-raised). At the end every job's events, dependencies and steps must agree.
+raised). At the end every job's events, dependencies, steps and log lines must agree.
 
 Job ids differ between the databases, so jobs are named by the order they were
 created in. Leases expire by moving ``lease_expires_at`` into the past, as the other
@@ -58,6 +59,7 @@ import tether.store.sqlite as sqlite_store
 from tether import App
 from tether.errors import StoreError, TetherError
 from tether.job import Beat, Job, JobEvent, JobFilter, NewJob, Outcome
+from tether.joblog import PendingLine
 from tether.maintenance.scheduler import Scheduler
 from tether.states import JobState
 from tether.store import Store, caller_store, create_store, parse_sqlite_path
@@ -86,6 +88,9 @@ RATE = 0.001
 # Durable steps: names a step may take (one of them a sleep's too), the sleeps', and
 # the signals' (a wait for signal x goes under the step signal:x), with their payloads.
 STEP_NAMES = ("s1", "s2", "n1")
+# A job's log bounds: a few lines fill it ("line NN" is 7 to 9 bytes).
+LOG_LINES = 4
+LOG_BYTES = 30
 SLEEP_NAMES = ("n1", "n2")
 SIGNALS = ("x", "y")
 PAYLOADS = (None, "null", "1", "1.0", "true", '{"a":1,"b":2}', '{"b": 2, "a": 1}')
@@ -213,6 +218,7 @@ class StoresAgree(RuleBasedStateMachine):
                 self.same(functools.partial(_events_of, job), _events)
                 self.same(functools.partial(_deps_of, job), _deps)
                 self.steps_agree(job)
+                self.logs_agree(job)
         finally:
             self.run(self.sides[0].store.close())
             for side in self.sides:
@@ -660,6 +666,38 @@ class StoresAgree(RuleBasedStateMachine):
                 f"UPDATE tether_steps SET wakes_at = {past} "
                 "WHERE state = 'waiting' AND wakes_at IS NOT NULL"
             )
+
+    # -- a job's own log ---------------------------------------------------------------
+
+    @precondition(lambda self: bool(self.sides[0].tokens))
+    @rule(data=st.data(), count=st.sampled_from([1, 2, 3]), stale=st.booleans())
+    def append_logs(self, data: st.DataObject, count: int, stale: bool) -> None:
+        """Write log lines, mostly under a running job's lease; the bounds are small, so
+        logs fill up and count what they drop."""
+        pool = self.running if self.running and not stale else sorted(self.sides[0].tokens)
+        job = data.draw(st.sampled_from(pool))
+        lines = [
+            PendingLine(1_700_000_000.0 + n, "info", f"line {next(self.args)}")
+            for n in range(count)
+        ]
+
+        def op(side: Side) -> Awaitable[bool]:
+            token = side.tokens[job] - (1 if stale else 0)
+            return side.store.append_logs(
+                side.ids[job], token, lines, max_lines=LOG_LINES, max_bytes=LOG_BYTES
+            )
+
+        self.same(op, lambda _, taken: taken)
+        self.logs_agree(job)
+
+    def logs_agree(self, job: int) -> None:
+        """The job's log lines agree (their times are the writer's, the same on both)."""
+        self.same(
+            lambda s: s.store.logs(s.ids[job]),
+            lambda _, lines: [
+                (x.seq, x.attempt, x.at, x.level, x.message, x.dropped) for x in lines
+            ],
+        )
 
     def steps_agree(self, job: int) -> None:
         """The job's steps agree (times only as whether they are set; in name order, as

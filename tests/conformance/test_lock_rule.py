@@ -33,6 +33,7 @@ from tests.helpers import fast_config
 from tether import App, AppConfig, JobState, Worker
 from tether.config import RetentionConfig
 from tether.errors import RowLocked
+from tether.joblog import PendingLine
 from tether.service import Service
 from tether.store.driver import LOCK_WAIT
 from tether.store.postgres_tx import PostgresTx
@@ -51,6 +52,7 @@ TABLES = {
     "tether_cancellations": "id",
     "tether_limits": "name",
 }
+BOUNDS = {"max_lines": 10, "max_bytes": 1000}
 PROMPT = 5.0  # generous: the bound on lock waits is 1 s; a wait would hang up to 30 s
 
 _WRITE = re.compile(r"\b(?:UPDATE\s+tether_\w+|DELETE\s+FROM|INSERT\s+INTO)\b")
@@ -173,7 +175,8 @@ class Fleet:
         self.worker = worker
         self.task = task
         # A completer of our own: the worker's runs by itself, even with services off.
-        self.completer = Completer(worker.store, worker.id)
+        # It writes the finishing jobs' log lines first, with the worker's logbook.
+        self.completer = Completer(worker.store, worker.id, logbook=worker.logbook)
 
     async def round(self, duty: str) -> None:
         w = self.worker
@@ -190,8 +193,9 @@ class Fleet:
 
     async def prepare(self) -> None:
         """What the next round of each duty needs: an outcome for the completer (a job
-        this worker holds, handed back)."""
+        this worker holds, handed back, with a log line to write first)."""
         [job] = await self.worker.store.claim(self.worker.id, ["default"], [self.task], 1, 60)
+        self.worker.logbook.add(job.id, job.lease_token, PendingLine(0.0, "info", "a line"))
         self.completer.submit(_released(job))
 
 
@@ -305,6 +309,7 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
     # The writes that must wait on a job's row (WAITING) give up with RowLocked while
     # another client holds it, and go through once it is free.
     from tests.conformance.support import new_job, running_job
+    from tether.joblog import PendingLine
     from tether.store import create_store
     from tether.store.driver import ROW_LOCK_WAIT, lock_wait
 
@@ -313,6 +318,7 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
     try:
         await store.migrate()
         job = await running_job(store, "w1")
+        line = PendingLine(0.0, "info", "held, then written")
         with psycopg.connect(pg_url) as holder:
             holder.execute("SELECT 1 FROM tether_jobs WHERE id = %s FOR UPDATE", (job.id,))
             loop = asyncio.get_running_loop()
@@ -330,6 +336,8 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
                 with pytest.raises(RowLocked):
                     await store.fence(job.id, job.lease_token)
                 with pytest.raises(RowLocked):
+                    await store.append_logs(job.id, job.lease_token, [line], **BOUNDS)
+                with pytest.raises(RowLocked):
                     await store.signal(job.id, "go", "1")
                 with pytest.raises(RowLocked):
                     await store.wait(
@@ -340,6 +348,8 @@ async def test_a_held_job_row_bounds_spawn_artifact_delete(pg_url: str) -> None:
         assert await store.save_artifact(job.id, job.lease_token, "a", b"x")
         assert await store.save_step(job.id, job.lease_token, "s", "1")
         assert await store.fence(job.id, job.lease_token)
+        assert await store.append_logs(job.id, job.lease_token, [line], **BOUNDS)
+        assert [x.message for x in await store.logs(job.id)] == ["held, then written"]
         assert await store.signal(job.id, "go", "1") == "kept"
         parked = await store.wait("w1", job.id, job.lease_token, "sleep:1", seconds=9, reason="r")
         assert parked.outcome == "parked"

@@ -114,6 +114,13 @@ def wants_steps(ctx: Any) -> str:
     return "ran"
 
 
+def logs(ctx: Any) -> str:
+    """Writes two lines to its job's own log through the pipe."""
+    ctx.log(f"from process {os.getpid() != 0}")
+    ctx.log("a warning", level="warning")
+    return "logged"
+
+
 NAMES: dict[str, Callable[..., Any]] = {
     "ignore_sigterm": ignore_sigterm,
     "cooperative": cooperative,
@@ -125,6 +132,7 @@ NAMES: dict[str, Callable[..., Any]] = {
     "whoami": whoami,
     "until_file": until_file,
     "wants_steps": wants_steps,
+    "logs": logs,
 }
 
 

@@ -82,6 +82,15 @@ async def step(ctx, steps=20, delay=0.1, cleanup=0.0):
     return {{"resumed_from": start, "steps": steps}}
 
 
+@app.task(name="chatter")
+async def chatter(ctx):
+    """Logs a line, then runs until it is cancelled, and logs another."""
+    ctx.log("waiting to be cancelled")
+    await ctx.cancelled.wait()
+    ctx.log("cancelled: stopping", level="warning")
+    ctx.check_cancelled()
+
+
 @app.task(name="echo")
 async def echo(ctx, **args):
     return args
@@ -297,6 +306,20 @@ def test_login_see_jobs_arrive_live_and_open_one(page: Page, stack: Stack) -> No
     shot(page, "queues")
     page.goto("/demo")
     shot(page, "demo")
+
+
+def test_a_running_jobs_log_shows_on_its_page_as_it_is_written(page: Page, stack: Stack) -> None:
+    login(page, stack)
+    job_id = stack.enqueue("chatter", {})
+    page.goto(f"/jobs/{job_id}")
+    lines = page.locator("#job-log .log-line")
+    expect(lines).to_have_count(1, timeout=15_000)  # refreshed in, while it runs
+    expect(lines.first).to_contain_text("waiting to be cancelled")
+    expect(state_of(page)).to_have_text("running")
+    assert stack.api("POST", f"/api/jobs/{job_id}/cancel", json={}).status_code == 200
+    expect(state_of(page)).to_have_text("cancelled", timeout=15_000)
+    expect(lines).to_have_count(2)
+    expect(page.locator("#job-log .log-warning")).to_contain_text("cancelled: stopping")
 
 
 def test_cancel_a_running_job_through_cancelling_to_cancelled(page: Page, stack: Stack) -> None:

@@ -17,6 +17,7 @@ from tether.cli import (
     audit,
     cancel,
     demo,
+    joblogs,
     jobs,
     keys,
     maintenance,
@@ -69,6 +70,7 @@ _GROUPS: dict[str, tuple[str, dict[str, Callable[..., Any]]]] = {
             "delete": jobs.job_delete,
             "wait": jobs.job_wait,
             "signal": jobs.job_signal,
+            "logs": joblogs.job_logs,
         },
     ),
     "queue": (

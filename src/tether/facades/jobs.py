@@ -11,6 +11,7 @@ from tether.errors import IllegalTransitionError, InvalidJobError, JobNotFoundEr
 from tether.facades.base import Facade, job_target
 from tether.feed import FeedFilter, follow
 from tether.job import ArtifactInfo, FeedEvent, Job, JobEvent, JobFilter
+from tether.joblog import LogLine
 from tether.states import JobState
 
 
@@ -63,6 +64,13 @@ class Jobs(Facade):
                 else (LookupError(f"job {job_id} has no artifact named {name!r}"))
             )
         return data
+
+    async def logs(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
+        """The lines of the job's own log (``ctx.log``) with a ``seq`` above ``after``,
+        in order, at most ``limit``; :class:`JobNotFoundError` for an unknown job."""
+        await self._job(job_id)
+        store = await self._store()
+        return await store.logs(job_id, after=after, limit=limit)
 
     async def feed(
         self, flt: FeedFilter, *, after_id: int | None = None, poll: float = 1.0

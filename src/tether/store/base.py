@@ -18,6 +18,7 @@ from tether.store.protocols import (
     AuthStore,
     CancellationStore,
     FeedStore,
+    JobLogStore,
     JobStore,
     LeaseStore,
     MaintenanceStore,
@@ -97,6 +98,7 @@ class Store(
     MaintenanceStore,
     ScheduleStore,
     StepStore,
+    JobLogStore,
     Protocol,
 ):
     """What tether needs from a database: every concern's protocol at once (see

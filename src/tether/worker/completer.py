@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tether.config import LoopBackoff
 from tether.errors import RowLocked
 from tether.job import Finished, Outcome
 from tether.service import Service
 from tether.store import Store
+
+if TYPE_CHECKING:
+    from tether.worker.logbook import Logbook
 
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
@@ -26,10 +30,13 @@ class Completer(Service):
 
     name = "completer"
 
-    def __init__(self, store: Store, worker_id: str) -> None:
+    def __init__(self, store: Store, worker_id: str, *, logbook: Logbook | None = None) -> None:
         super().__init__(1.0, backoff=BACKOFF, logger=log)
         self.store = store
         self.worker_id = worker_id
+        #: Writes the finishing jobs' pending log lines first: after the outcome, the
+        #: lease that fences them is gone.
+        self.logbook = logbook
         self.pending: list[tuple[Outcome, Recorded | None]] = []
         #: Set while no write is in progress (a stopping worker waits for it).
         self.idle = asyncio.Event()
@@ -48,6 +55,8 @@ class Completer(Service):
             return 0
         self.idle.clear()
         try:
+            if self.logbook is not None and self.logbook.pending:
+                await self.logbook.flush(o.job_id for o, _ in batch)
             accepted = await self._finish(batch)
         except BaseException:
             self.pending[:0] = batch

@@ -16,7 +16,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from tether import hints as h
-from tether import metrics
+from tether import logcapture, metrics
 from tether.children import children
 from tether.config import WorkerConfig
 from tether.context import CURRENT, JobContext
@@ -36,6 +36,7 @@ from tether.task import EnqueueOptions
 from tether.worker.claimer import Claimer
 from tether.worker.completer import Completer
 from tether.worker.heartbeater import Heartbeater
+from tether.worker.logbook import Logbook
 from tether.worker.outcome import Attempt, Ending, decide, unfit_arguments, unstarted
 from tether.worker.ramp import Ramp
 from tether.worker.run import Run, beat
@@ -105,6 +106,8 @@ class Worker:
         self.claimer: Claimer
         self.heartbeater: Heartbeater
         self.completer: Completer
+        self.logbook: Logbook
+        self._capturing = False
         self.maintenance: Maintenance
 
     @property
@@ -134,7 +137,9 @@ class Worker:
         self._assemble(self._store)
         self.maintenance = build_maintenance(self.app, self._store, self.id, self.config)
         await self._open()
-        self._services = [self.completer, self.heartbeater, self.claimer]
+        self._services = [self.completer, self.heartbeater, self.claimer, self.logbook]
+        logcapture.install()  # records logged inside handlers go to their jobs' logs
+        self._capturing = True
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%s",
             self.id,
@@ -181,7 +186,13 @@ class Worker:
         # Unlike the maintenance services, the completer needs no lock_wait: its
         # statement skips held job rows, and the transition's limit and workflow updates
         # bound their own waits in SQL.
-        self.completer = Completer(store, self.id)
+        self.logbook = Logbook(
+            store,
+            max_lines=self.app.config.job_log_max_lines,
+            max_bytes=self.app.config.job_log_max_bytes,
+            loop=asyncio.get_running_loop(),
+        )
+        self.completer = Completer(store, self.id, logbook=self.logbook)
 
     async def _open(self) -> None:
         """A graceful opening: recover orphans first, then (if set) start gradually.
@@ -288,6 +299,13 @@ class Worker:
             for telling in late:
                 log.warning("an outcome hook still runs at the worker's stop; cancelling it")
                 telling.cancel()
+        with contextlib.suppress(Exception):
+            # Lines still pending: of jobs whose outcome could not be written yet, whose
+            # leases still hold.
+            await self.logbook.run_once()
+        if self._capturing:
+            self._capturing = False
+            logcapture.uninstall()
         for svc in self._services:
             svc.stop()
         self.maintenance.stop()
@@ -438,6 +456,7 @@ class Worker:
             max_payload_bytes=self.app.config.max_payload_bytes,
             max_artifact_bytes=self.app.config.max_artifact_bytes,
             threaded=task.executor == "thread",
+            write_log=self.logbook.add,
             steps=lambda: Steps(
                 job,
                 self.store,

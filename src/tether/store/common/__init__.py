@@ -15,6 +15,7 @@ from tether.store.common.enqueue import EnqueueSql
 from tether.store.common.feed import FeedSql
 from tether.store.common.jobs import JobsSql
 from tether.store.common.leases import LeasesSql
+from tether.store.common.logs import LogsSql
 from tether.store.common.maintenance import MaintenanceSql
 from tether.store.common.queues import QueuesSql
 from tether.store.common.schedules import SchedulesSql
@@ -31,6 +32,7 @@ class SqlStore(
     JobsSql,
     StepsSql,
     LeasesSql,
+    LogsSql,
     MaintenanceSql,
     QueuesSql,
     SchedulesSql,

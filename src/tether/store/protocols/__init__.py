@@ -18,6 +18,7 @@ and both stores implement it.
 ``MaintenanceStore``   rescue, the maintenance leader's lease, retention
 ``ScheduleStore``      periodic schedules and the clock they go by
 ``StepStore``          durable steps, sleeps, waits and the signals sent to jobs
+``JobLogStore``        the lines a job's handler logged
 =====================  ============================================================
 """
 
@@ -29,6 +30,7 @@ from tether.store.protocols.feed import FeedStore
 from tether.store.protocols.jobs import JobStore
 from tether.store.protocols.leases import LeaseStore
 from tether.store.protocols.listen import ListenStore
+from tether.store.protocols.logs import JobLogStore
 from tether.store.protocols.maintenance import MaintenanceStore, ProcessGone
 from tether.store.protocols.queues import QueueStore
 from tether.store.protocols.schedules import ScheduleStore
@@ -40,6 +42,7 @@ __all__ = [
     "AuthStore",
     "CancellationStore",
     "FeedStore",
+    "JobLogStore",
     "JobStore",
     "LeaseStore",
     "ListenStore",

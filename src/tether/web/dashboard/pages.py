@@ -169,6 +169,11 @@ async def _queue_choices(v: Visitor, caller: Caller, shown: list[Job]) -> list[s
     return [qi.name for qi in await caller.app.queues.list()]
 
 
+#: The lines of a job's own log its page shows (re-read at each refresh); the CLI and
+#: the API page through all of them.
+LOG_LINES_SHOWN = 500
+
+
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
     # Missing, hidden (another principal's) and malformed ids get one and the same page.
@@ -182,6 +187,7 @@ async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
         events = await caller.app.jobs.events(number)
         artifacts = await caller.app.jobs.artifacts(number)
         steps = await jobs.job_steps(number, caller)
+        logs = await jobs.job_logs(number, caller, after=0, limit=LOG_LINES_SHOWN)
         status = await jobs.cancellation_status(number, caller, 0.0)
         record = status.cancellation
     except (ApiError, JobNotFoundError):
@@ -203,6 +209,8 @@ async def job_page(request: Request, job_id: str, v: Page) -> HTMLResponse:
         events=events,
         artifacts=artifacts,
         steps=steps,
+        logs=logs,
+        log_lines_shown=LOG_LINES_SHOWN,
         record=record,
         grandchildren=grandchildren,
         heartbeat_age=heartbeat_age,

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from tether import payload
 from tether.cancellation import CancellationRecord, CancellationResult, CancellationStep
 from tether.job import Job, JobEvent, StepInfo
+from tether.joblog import LogLine
 from tether.states import JobState
 from tether.web.models.common import MAX_ID, MAX_INT, JobId, Name, SafeName, Text, _In
 
@@ -447,3 +448,41 @@ class SignalOut(BaseModel):
     job_id: int
     signal: str
     answer: Literal["woke", "kept", "duplicate"]
+
+
+class JobLogLineOut(BaseModel):
+    """A line of a job's own log (``ctx.log``). ``seq`` numbers the job's lines from 1;
+    a last line of level ``dropped`` counts (``dropped``) the lines a full log did not
+    keep."""
+
+    seq: int
+    attempt: int
+    at: datetime = Field(description="The worker's clock when the handler wrote it.")
+    level: str
+    message: str
+    dropped: int = 0
+
+    @classmethod
+    def of(cls, line: LogLine) -> JobLogLineOut:
+        """The API view of a line."""
+        return cls(
+            seq=line.seq,
+            attempt=line.attempt,
+            at=line.at,
+            level=line.level,
+            message=line.message,
+            dropped=line.dropped,
+        )
+
+
+class JobLogList(BaseModel):
+    """A job's lines after ``after``, in order; ``next_after`` is the seq to ask for
+    next (the last line's, or ``after`` if there was none); ``finished`` says the job
+    has finished, so no line will follow."""
+
+    items: list[JobLogLineOut]
+    next_after: int
+    finished: bool
+    hidden_jobs: int = Field(
+        default=0, description="Jobs of other principals the lines named (not shown)."
+    )

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query
 from tether import display, job_meta
 from tether.errors import JobNotFoundError
 from tether.job import Job
-from tether.states import JobState
+from tether.states import TERMINAL, JobState
 from tether.task import EnqueueOptions
 from tether.web.body import JsonRoute
 from tether.web.errors import ApiError
@@ -31,6 +31,8 @@ from tether.web.models import (
     EventList,
     EventOut,
     JobDetail,
+    JobLogLineOut,
+    JobLogList,
     JobOut,
     JobPage,
     JobRef,
@@ -287,6 +289,33 @@ async def job_steps(job_id: JobIdPath, caller: Reader) -> DurableStepList:
         items=[DurableStepOut.of(s) for s in steps],
         waiting_for=display.waiting_for(job, steps, datetime.now(UTC)),
     )
+
+
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_model=JobLogList,
+    summary="A job's own log (ctx.log)",
+    description="The lines the job's handler logged with a `seq` above `after`, oldest "
+    "first; poll with `after=next_after` to follow a running job (its lines are written "
+    "within a fraction of a second, and all of them before its outcome: once `finished` "
+    "is true, nothing follows). Lines that name jobs the caller may not see are redacted.",
+)
+async def job_logs(
+    job_id: JobIdPath,
+    caller: Reader,
+    after: Annotated[int, Query(ge=0, le=10**9, description="Lines after this seq.")] = 0,
+    limit: Limit = MAX_PAGE_SIZE,
+) -> JobLogList:
+    async with caller.attempt(_target(job_id), mutation=False):
+        job = await caller.job(job_id)
+    lines = await caller.app.jobs.logs(job_id, after=after, limit=limit)
+    page = JobLogList(
+        items=[JobLogLineOut.of(x) for x in lines],
+        next_after=lines[-1].seq if lines else after,
+        # The state read before the lines: a finished job's lines were all in by then.
+        finished=job.state in TERMINAL,
+    )
+    return await for_member(caller, page, ("items",))
 
 
 @router.post(

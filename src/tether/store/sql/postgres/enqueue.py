@@ -177,5 +177,6 @@ DELETE_JOB = (
     "DELETE FROM tether_artifacts WHERE job_id = %(id)s",
     "DELETE FROM tether_steps WHERE job_id = %(id)s",
     "DELETE FROM tether_signals WHERE job_id = %(id)s",
+    "DELETE FROM tether_job_logs WHERE job_id = %(id)s",
     "DELETE FROM tether_jobs WHERE id = %(id)s",
 )

@@ -190,6 +190,7 @@ PRUNE_TABLES = (
     ("artifacts", "tether_artifacts", "job_id = ANY(%(ids)s::bigint[])"),
     ("steps", "tether_steps", "job_id = ANY(%(ids)s::bigint[])"),
     ("signals", "tether_signals", "job_id = ANY(%(ids)s::bigint[])"),
+    ("logs", "tether_job_logs", "job_id = ANY(%(ids)s::bigint[])"),
     ("cancellations", "tether_cancellations", "job_id = ANY(%(ids)s::bigint[])"),
     ("jobs", "tether_jobs", "id = ANY(%(ids)s::bigint[])"),
 )

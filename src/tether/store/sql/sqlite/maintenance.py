@@ -123,6 +123,7 @@ PRUNE_TABLES = (
     ("artifacts", "tether_artifacts", f"job_id IN {each('ids')}"),
     ("steps", "tether_steps", f"job_id IN {each('ids')}"),
     ("signals", "tether_signals", f"job_id IN {each('ids')}"),
+    ("logs", "tether_job_logs", f"job_id IN {each('ids')}"),
     ("cancellations", "tether_cancellations", f"job_id IN {each('ids')}"),
     ("jobs", "tether_jobs", f"id IN {each('ids')}"),
 )
