@@ -1977,7 +1977,13 @@ def render_console(tables: list[Table]) -> str:
 
 #: Sections of the report that other scripts write (``bench/indexcost.py`` and
 #: ``bench/pgprofile.py``, ``bench/connections.py``): a new report keeps them as they were.
-KEPT_SECTIONS = ("## Writes per job", "## Connections", "## Durable steps", "## Job logs")
+KEPT_SECTIONS = (
+    "## Writes per job",
+    "## Connections",
+    "## Durable steps",
+    "## Job logs",
+    "## Hooks and tracing",
+)
 
 
 def kept_sections(path: Path) -> str:
