@@ -506,7 +506,11 @@ def test_job_cancel_outcomes(runner: CliRunner, sqlite_url: str) -> None:
 
     again = tether(runner, "job", "cancel", str(queued_id), "-d", sqlite_url)
     assert again.exit_code == 0
-    assert "already cancelled" in again.stdout
+    cid = lines[-2].removeprefix("Cancellation ID: ")
+    # It names the first cancellation and when it was, instead of replaying its steps.
+    assert again.stdout.startswith(f"job {queued_id} was already cancelled (cancellation {cid} at ")
+    assert "Stopped task assignment" not in again.stdout
+    assert "Cancelling job" not in again.stdout
 
     # A running job whose worker never answers: the request is recorded, exit 0.
     req = tether(runner, "job", "cancel", str(running_id), "-d", sqlite_url, "--wait", "0",

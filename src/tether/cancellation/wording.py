@@ -65,7 +65,11 @@ def stop_runners(tally: Tally, problems: list[str], started_at: str) -> Cancella
         "failed" if tally.still_running else ("completed" if tally.had_runner else "skipped"),
         started_at,
         timestamp(),
-        {"runners_terminated": tally.runners_terminated, "still_running": tally.still_running},
+        {
+            "runners_terminated": tally.runners_terminated,
+            "still_running": tally.still_running,
+            "abandoned": tally.abandoned,
+        },
         "; ".join(problems) if tally.still_running else None,
     )
 

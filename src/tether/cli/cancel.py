@@ -78,6 +78,10 @@ def job_cancel(
     if as_json:
         print_json(res)
         return
+    if res.outcome == "already_cancelled":
+        # Replaying the first cancellation's steps would read as if they happened now.
+        out.print(_already_cancelled(res))
+        return
     out.print(Text(f"Cancelling job {before.id} ({before.task})", style="bold"))
     out.print(f"Reason: {reason or 'cancelled by request'}")
     if res.steps:
@@ -105,6 +109,23 @@ def job_cancel(
         out.print(f"Status: {res.status.upper()}")
 
 
+def _already_cancelled(res: CancellationResult) -> Text:
+    """The answer to cancelling a job that was cancelled before: which cancellation, when."""
+    when = res.steps[0].started_at if res.steps else None
+    about = " ".join(
+        x
+        for x in (
+            f"cancellation {res.cancellation_id}" if res.cancellation_id else "",
+            f"at {when}" if when else "",
+        )
+        if x
+    )
+    return Text(
+        f"job {res.job.id} was already cancelled" + (f" ({about})" if about else ""),
+        style="yellow",
+    )
+
+
 def _progress_lines(res: CancellationResult) -> list[Text]:
     """The record's steps as people read them: ✓ done, ✗ failed, - nothing to do."""
     marks = {"completed": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("-", "dim")}
@@ -119,8 +140,23 @@ def _progress_lines(res: CancellationResult) -> list[Text]:
             if step.status == "skipped":
                 text = "No runner was active"
             elif runners or step.status == "failed":
-                text = f"Terminated {len(runners)} runner(s)" + (
-                    f": {', '.join(runners)}" if runners else ""
+                # An abandoned handler ignored the request and may still be running:
+                # calling it terminated would claim more than happened.
+                left = [r for r in runners if r.endswith("(abandoned)")]
+                stopped = [r for r in runners if r not in left]
+                if left:
+                    lines.append(
+                        Text(
+                            f"✗ Abandoned {len(left)} handler(s) that ignored cancellation "
+                            f"(they may still run, but nothing they write counts): "
+                            f"{', '.join(left)}",
+                            style="yellow",
+                        )
+                    )
+                if left and not stopped and step.status != "failed":
+                    continue
+                text = f"Terminated {len(stopped)} runner(s)" + (
+                    f": {', '.join(stopped)}" if stopped else ""
                 )
             else:
                 text = "No runner to stop: the job ended before the request reached it"
