@@ -38,9 +38,7 @@ from tether.job import WorkerInfo
 from tether.logs import JsonFormatter
 from tether.ops import LeaderInfo
 from tether.worker import Worker
-
-#: The signals that stop a worker: the first gracefully, a second at once.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+from tether.worker.worker import STOP_SIGNALS
 
 
 @friendly
@@ -154,7 +152,7 @@ def worker(
     ] = None,
     pool_size: PoolSizeOpt = None,
 ) -> None:
-    """Run jobs until SIGTERM or Ctrl-C.
+    """Run jobs until SIGTERM, SIGHUP or Ctrl-C.
 
     The first signal stops claiming and gives running jobs --stop-timeout seconds; what
     still runs then goes back to the queue with its checkpoint, without spending an

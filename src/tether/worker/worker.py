@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 # Every part of the worker logs as ``tether.worker``: operators filter on that one name.
 log = logging.getLogger("tether.worker")
 
+#: The signals that stop a worker: the first gracefully, a second at once. SIGHUP is
+#: among them because a closed terminal or a supervisor's reload sends it, and Python's
+#: default for it would kill the process without releasing its jobs.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 #: The outcome hooks hear of, by the state an attempt ended in.
 _OUTCOME_KINDS: dict[JobState, OutcomeKind] = {
@@ -230,7 +235,7 @@ class Worker:
             )
 
     async def run(self, *, handle_signals: bool = False) -> None:
-        """Start and run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
+        """Start and run until :meth:`stop` (or SIGTERM/SIGINT/SIGHUP with ``handle_signals``).
 
         A stop requested before the start (see :meth:`request_stop`) returns at once,
         without registering; one requested while starting takes effect as soon as the
@@ -241,7 +246,7 @@ class Worker:
             # request_stop() itself knows whether the worker has started yet, so no
             # signal can fall between two handlers.
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 loop.add_signal_handler(sig, self.request_stop)
         if self._stops_pending:
             log.info("stopped before starting: nothing was registered")
