@@ -348,14 +348,16 @@ def check(
         "FROM tether_job_history WHERE actor = 'rescuer' AND from_state = 'running'"
     )
     # SQLite's clock keeps milliseconds (julianday('now') truncates), the test's clock
-    # does not: a rescue stamped within that of an attempt's end may have come after it.
+    # does not: a rescue stamped within that of an attempt's end may have come after it,
+    # and one stamped within that before its logged start may have come after it too
+    # (the rescue of a lease comes after its claim, which the start line follows).
     slack = 0.0011 if db.sqlite else 0.0
     for job_id, at, worker_id, reason in rescues:
         proc, at = worker_procs.get(worker_id), float(at)
         if proc is None:
             continue  # not a worker process of this scenario
         ran = by_job.get(int(job_id), [])
-        if any(a.proc == proc and a.start <= at < a.end - slack for a in ran):
+        if any(a.proc == proc and a.start - slack <= at < a.end - slack for a in ran):
             live_rescues += 1
             v.fail(f"inv7: job {job_id} rescued at {at:.3f} from {proc} while it ran ({reason})")
 

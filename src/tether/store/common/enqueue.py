@@ -207,7 +207,12 @@ class EnqueueSql(SqlBase):
             row = await tx.one(q.DELETING, params)
             if row is None:
                 raise JobNotFoundError(job_id)
-            children = [self._rows.job(r) for r in await tx.all(q.CANCEL_CHILDREN, params)]
+            # By id: an UPDATE's RETURNING follows no order (PostgreSQL's changes with
+            # the plan), and callers show the list.
+            children = sorted(
+                (self._rows.job(r) for r in await tx.all(q.CANCEL_CHILDREN, params)),
+                key=lambda c: c.id,
+            )
             # Settle the job itself first, so counters and dependents see it end.
             for statement in q.SETTLE_DELETED:
                 await tx.run(statement, params)
