@@ -144,18 +144,22 @@ class HandlerThreads:
             w.restart()
         self.report()
 
+    #: The worker stopped and flushed its reports.
+    _flushed = False
+
     def report(self) -> None:
         """Write the abandoned-thread count and pool state to the worker's row, if they
         changed since the last successful write."""
-        if (len(self.abandoned), self.full) == self._reported:
-            return
+        if self._flushed or (len(self.abandoned), self.full) == self._reported:
+            return  # after the worker's last flush its loop may close: nothing to write to
         task = asyncio.ensure_future(self._write())
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
 
     async def flush(self) -> None:
         """Wait for the reports still on their way (a stopping worker's loop may close
-        right after it stops)."""
+        right after it stops); a thread that ends later reports nothing."""
+        self._flushed = True
         await asyncio.gather(*self._reports, return_exceptions=True)
 
     async def _write(self) -> None:
