@@ -26,13 +26,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.pgcluster import make_cluster
+from bench.private_pg import private_postgres
+
 from tether import App, Enqueueing, Hook, Job, JobContext, OutcomeEvent, WorkerConfig
 from tether.otel import Tracing
 
@@ -145,25 +145,9 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = await measure("sqlite", lambda tag: f"sqlite:///{tmp}/{tag}.db", args)
     print("\n".join(rows), flush=True)
-    cluster = make_cluster()
-    if cluster is None:
-        sys.exit("PostgreSQL's binaries (initdb, pg_ctl) are not installed")
-    try:
-        conf = cluster.data / "postgresql.conf"
-        conf.write_text(conf.read_text() + "fsync = off\n")
-        cluster.restart()
-        admin = cluster.admin_url
-
-        def pg_url(tag: str) -> str:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS hooks_{tag}")
-                conn.execute(f"CREATE DATABASE hooks_{tag}")
-            return admin.rsplit("/", 1)[0] + f"/hooks_{tag}"
-
+    with private_postgres("hooks") as pg_url:
         rows = await measure("postgresql", pg_url, args)
-        print("\n".join(rows))
-    finally:
-        cluster.destroy()
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

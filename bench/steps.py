@@ -35,7 +35,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.pgcluster import make_cluster
+from bench.private_pg import private_postgres
+
 from tether import App, JobContext, WorkerConfig
 
 MODES = ("plain", "steps", "fenced")
@@ -175,29 +176,9 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = await measure("sqlite", lambda tag: f"sqlite:///{tmp}/{tag}.db", args)
     print("\n".join(rows), flush=True)
-    cluster = make_cluster()
-    if cluster is None:
-        sys.exit("PostgreSQL's binaries (initdb, pg_ctl) are not installed")
-    try:
-        conf = cluster.data / "postgresql.conf"
-        conf.write_text(
-            conf.read_text()
-            + "shared_preload_libraries = 'pg_stat_statements'\n"
-            + "pg_stat_statements.track = all\nfsync = off\n"
-        )
-        cluster.restart()
-        admin = cluster.admin_url
-
-        def pg_url(tag: str) -> str:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS steps_{tag}")
-                conn.execute(f"CREATE DATABASE steps_{tag}")
-            return admin.rsplit("/", 1)[0] + f"/steps_{tag}"
-
+    with private_postgres("steps", statements=True) as pg_url:
         rows = await measure("postgresql", pg_url, args)
-        print("\n".join(rows))
-    finally:
-        cluster.destroy()
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -365,10 +365,7 @@ class App:
             # for the write lock the caller holds.
             return await caller_store(self.url, connection).enqueue(checked)
 
-        return await self.hooks.enqueue(new, insert, self._checked_meta)
-
-    def _checked_meta(self, new: NewJob) -> NewJob:
-        return checked_meta(new)
+        return await self.hooks.enqueue(new, insert, checked_meta)
 
     def enqueue_sync(
         self,
