@@ -241,7 +241,10 @@ inline rescue_pass(r, j) {
 #define FOLLOW_UP(j) if :: crec[j] == PENDING && st[j] != RUNNING -> crec[j] = SETTLED :: else -> skip fi
 
 /* A request reaches the worker (NOTIFY, or the heartbeat's answer): it interrupts
- * the attempt, which then ends with that outcome (the handler writes it). */
+ * the attempt, which then ends with that outcome (the handler writes it). On the
+ * heartbeat's path the worker reads the request's reason first (a read, no write):
+ * that is this HEAR one step later, as a delayed answer is, and a job that left its
+ * worker meanwhile is not interrupted (intr is only read while the worker holds it). */
 #define HEAR(w, j) \
     if :: creq[j] -> intr[IDX(w, j)] = CANCELLED \
        :: !creq[j] && preq[j] -> intr[IDX(w, j)] = PAUSED \
